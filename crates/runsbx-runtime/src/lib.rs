@@ -1,0 +1,25 @@
+//! runsbx-runtime: every side effect of runsbx. The binary parses
+//! arguments and calls one function here; this crate talks to the kernel
+//! (through libcontainer and nix) and keeps the state.
+
+pub mod bundle;
+pub mod error;
+pub mod exec;
+pub mod features;
+pub mod host;
+pub mod lifecycle;
+mod netns;
+mod procs;
+pub mod query;
+pub mod root;
+pub mod signal;
+pub mod spec;
+mod supervise;
+pub mod update;
+
+pub use error::{exit, Result, RuntimeError};
+pub use root::StateRoot;
+pub use libcontainer::oci_spec;
+
+/// The version of libcontainer runsbx is built on, for `--version`.
+pub const LIBCONTAINER_VERSION: &str = "0.7.0";

@@ -1,0 +1,87 @@
+//! Finding and signalling a container's processes without a cgroup.
+//!
+//! As root runsbx puts every container in a cgroup and libcontainer finds
+//! its processes there. Rootless on a cgroup v1 host there is no cgroup to
+//! use; every runsbx container has its own pid namespace, so its processes
+//! are the ones whose pid namespace is the init process's.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::error::{Result, RuntimeError};
+
+/// How long to wait for a killed container's init process to disappear.
+const KILL_WAIT: Duration = Duration::from_secs(10);
+
+fn pidns_of(pid: i32) -> Option<(u64, u64)> {
+    let meta = fs::metadata(format!("/proc/{pid}/ns/pid")).ok()?;
+    Some((meta.dev(), meta.ino()))
+}
+
+/// The host pids of every process in the pid namespace of `init`; just
+/// `init` when it shares our pid namespace (never the host's processes).
+pub fn pids_in_namespace_of(init: Pid) -> Result<Vec<Pid>> {
+    let Some(target) = pidns_of(init.as_raw()) else {
+        return Ok(Vec::new());
+    };
+    if pidns_of(std::process::id() as i32) == Some(target) {
+        return Ok(vec![init]);
+    }
+    let entries =
+        fs::read_dir("/proc").map_err(|e| RuntimeError::io("read /proc".to_owned(), e))?;
+    let mut pids: Vec<Pid> = entries
+        .filter_map(|e| e.ok())
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| pidns_of(*pid) == Some(target))
+        .map(Pid::from_raw)
+        .collect();
+    pids.sort();
+    Ok(pids)
+}
+
+/// Sends `signal` to every process of the container whose init is `init`.
+pub fn signal_all(init: Pid, signal: Signal) -> Result<()> {
+    for pid in pids_in_namespace_of(init)? {
+        match kill(pid, signal) {
+            Ok(()) | Err(nix::Error::ESRCH) => {}
+            Err(e) => {
+                return Err(RuntimeError::sys(format!("kill({pid}, {signal})"), e));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// SIGKILLs the container and waits until its init process is gone (or a
+/// zombie for its parent to reap). The kernel kills the rest of the pid
+/// namespace when its init dies.
+pub fn kill_and_wait(init: Pid) -> Result<()> {
+    signal_all(init, Signal::SIGKILL)?;
+    let deadline = Instant::now() + KILL_WAIT;
+    while alive(init) {
+        if Instant::now() > deadline {
+            return Err(RuntimeError::invalid(
+                format!("container process {init}"),
+                format!("still alive {}s after SIGKILL", KILL_WAIT.as_secs()),
+            ));
+        }
+        sleep(Duration::from_millis(2));
+    }
+    Ok(())
+}
+
+fn alive(pid: Pid) -> bool {
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state is the field after the parenthesised command name.
+        Ok(stat) => match stat.rsplit_once(')') {
+            Some((_, rest)) => !matches!(rest.trim_start().chars().next(), Some('Z' | 'X')),
+            None => true,
+        },
+        Err(_) => false,
+    }
+}

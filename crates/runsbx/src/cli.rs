@@ -1,0 +1,53 @@
+//! The command line: runc's commands and global flags, as container
+//! engines pass them.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "runsbx",
+    about = "A sandbox runtime for AI agents' tool calls (an OCI runtime, runc-compatible)",
+    version = concat!(env!("CARGO_PKG_VERSION"), "\nspec: ", "1.2.1", "\nlibcontainer: 0.7.0"),
+    propagate_version = false
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Global flags of runc that engines pass.
+#[derive(Args, Debug)]
+pub struct Global {
+    /// Directory for container state (default: /run/runsbx as root,
+    /// $XDG_RUNTIME_DIR/runsbx otherwise)
+    #[arg(long, global = true)]
+    pub root: Option<PathBuf>,
+    /// Write logs to this file instead of stderr
+    #[arg(long, global = true)]
+    pub log: Option<PathBuf>,
+    /// Log format: text or json
+    #[arg(long, global = true)]
+    pub log_format: Option<String>,
+    /// Log at debug level
+    #[arg(long, global = true)]
+    pub debug: bool,
+    /// Accepted for compatibility; runsbx manages cgroups directly, never
+    /// through systemd
+    #[arg(long, global = true)]
+    pub systemd_cgroup: bool,
+    /// Accepted for compatibility (runc's --rootless=auto); runsbx detects it
+    #[arg(long, num_args = 0..=1, default_missing_value = "auto")]
+    pub rootless: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    #[command(flatten)]
+    Standard(liboci_cli::StandardCmd),
+    #[command(flatten)]
+    Common(liboci_cli::CommonCmd),
+}

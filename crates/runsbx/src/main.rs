@@ -1,0 +1,36 @@
+//! runsbx: parse the command line, call one runtime function, map the
+//! result to an exit code. The work is in `runsbx-runtime`.
+
+mod cli;
+mod commands;
+mod logging;
+
+use clap::Parser;
+
+use runsbx_runtime::{exit, RuntimeError};
+
+fn main() {
+    let cli = cli::Cli::parse();
+    let logs_to_file = cli.global.log.is_some();
+    let code = match run(cli) {
+        Ok(code) => code,
+        Err(err) => {
+            // Engines read the log file (containerd takes its last error
+            // line); people read stderr. `{:#}` keeps the whole cause chain.
+            if logs_to_file {
+                tracing::error!("{err:#}");
+            }
+            eprintln!("runsbx: error: {err:#}");
+            err.downcast_ref::<RuntimeError>()
+                .map(RuntimeError::exit_code)
+                .unwrap_or(exit::FAILURE)
+        }
+    };
+    std::process::exit(code);
+}
+
+fn run(cli: cli::Cli) -> anyhow::Result<i32> {
+    let g = &cli.global;
+    logging::init(g.log.as_deref(), g.log_format.as_deref(), g.debug)?;
+    commands::dispatch(cli)
+}
