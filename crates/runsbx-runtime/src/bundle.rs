@@ -65,3 +65,81 @@ pub fn load(dir: &Path) -> Result<Bundle> {
     }
     Ok(Bundle { dir, spec, rootfs })
 }
+
+/// Where the config.json that libcontainer actually reads is kept, for the
+/// life of the container: `<state root>/@bundles/<id>/`. runsbx never hands
+/// libcontainer the caller's bundle; it writes the spec it decided on here
+/// (rootfs made absolute, relative bind sources resolved against the
+/// caller's bundle, a cgroup path of its own when none was given). `exec`
+/// reads the container's process settings from this copy too.
+#[derive(Debug, Clone)]
+pub struct Effective {
+    pub dir: PathBuf,
+}
+
+/// The file in the effective bundle that names the caller's bundle.
+const SOURCE_FILE: &str = "source-bundle";
+
+impl Effective {
+    pub fn path(root: &crate::root::StateRoot, id: &str) -> PathBuf {
+        root.path().join("@bundles").join(id)
+    }
+
+    /// Writes `spec` as the effective bundle of container `id`.
+    pub fn write(
+        root: &crate::root::StateRoot,
+        id: &str,
+        source: &Bundle,
+        mut spec: Spec,
+    ) -> Result<Self> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = Self::path(root, id);
+        let ctx = |what: &str| format!("write the effective bundle {dir:?}: {what}");
+        if let Some(r) = spec.root_mut() {
+            r.set_path(source.rootfs.clone());
+        }
+        if let Some(mounts) = spec.mounts_mut() {
+            for m in mounts.iter_mut() {
+                let is_bind = m.typ().as_deref() == Some("bind")
+                    || m.options()
+                        .as_ref()
+                        .is_some_and(|o| o.iter().any(|o| o == "bind" || o == "rbind"));
+                if let Some(src) = m.source().clone() {
+                    if is_bind && src.is_relative() {
+                        m.set_source(Some(source.dir.join(src)));
+                    }
+                }
+            }
+        }
+        let _ = fs::remove_dir_all(&dir);
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| RuntimeError::io(ctx("create"), e))?;
+        let json = serde_json::to_vec(&spec)
+            .map_err(|e| RuntimeError::invalid(ctx("encode"), e.to_string()))?;
+        fs::write(dir.join("config.json"), json)
+            .map_err(|e| RuntimeError::io(ctx("config.json"), e))?;
+        fs::write(dir.join(SOURCE_FILE), source.dir.as_os_str().as_encoded_bytes())
+            .map_err(|e| RuntimeError::io(ctx(SOURCE_FILE), e))?;
+        Ok(Self { dir })
+    }
+
+    /// The caller's bundle of the container whose effective bundle is `dir`.
+    pub fn source_of(dir: &Path) -> PathBuf {
+        fs::read(dir.join(SOURCE_FILE))
+            .map(|b| PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(b)))
+            .unwrap_or_else(|_| dir.to_path_buf())
+    }
+
+    /// Removes the effective bundle of container `id`, if any.
+    pub fn remove(root: &crate::root::StateRoot, id: &str) -> Result<()> {
+        let dir = Self::path(root, id);
+        match fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(RuntimeError::io(format!("remove {dir:?}"), e)),
+        }
+    }
+}

@@ -7,6 +7,7 @@ use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::syscall::syscall::SyscallType;
 
 use crate::error::Result;
+use crate::{cgroupless, host};
 use crate::lifecycle::{load, op_err};
 use crate::root::StateRoot;
 use crate::supervise::SignalGuard;
@@ -44,6 +45,14 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
             op: "exec",
         });
     }
+    // Without cgroups, libcontainer's exec needs the same view as create.
+    let shadow = if host::can_manage_cgroups() {
+        None
+    } else {
+        let init = crate::lifecycle::init_pid(&container)?;
+        let config = container.spec().map_err(|e| op_err("read config of", id, e))?;
+        Some(cgroupless::enter_for_exec(init, &config.cgroup_path)?)
+    };
     let pid = ContainerBuilder::new(id.to_owned(), SyscallType::default())
         .with_root_path(root.path())
         .and_then(|b| b.with_pid_file(opts.pid_file.as_ref()))
@@ -69,6 +78,9 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
                 .build()
         })
         .map_err(|e| op_err("exec in", id, e))?;
+    if let Some(shadow) = shadow {
+        shadow.leave()?;
+    }
     drop(lock);
     if opts.detach {
         return Ok(0);

@@ -3,6 +3,7 @@
 //! (through libcontainer and nix) and keeps the state.
 
 pub mod bundle;
+mod cgroupless;
 pub mod error;
 pub mod exec;
 pub mod features;

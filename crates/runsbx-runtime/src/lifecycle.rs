@@ -5,13 +5,14 @@ use std::path::PathBuf;
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::{Container, ContainerStatus};
 use libcontainer::error::LibcontainerError;
+use libcontainer::oci_spec::runtime::{LinuxNamespaceType, Spec};
 use libcontainer::syscall::syscall::SyscallType;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::error::{Result, RuntimeError};
 use crate::root::{IdLock, StateRoot};
-use crate::{bundle, host, netns, procs, supervise};
+use crate::{bundle, cgroupless, host, netns, procs, supervise};
 
 /// What `create` and `run` are given besides the id.
 #[derive(Debug, Clone, Default)]
@@ -26,6 +27,7 @@ pub struct CreateOptions {
 /// Creates container `id`: its namespaces and root exist, its process waits
 /// for `start`.
 pub fn create(root: &StateRoot, id: &str, opts: &CreateOptions) -> Result<()> {
+    cgroupless::reexec_in_own_userns()?;
     let lock = root.lock(id)?;
     build(root, id, opts, true, &lock)?;
     Ok(())
@@ -51,6 +53,7 @@ pub fn run(
     detach: bool,
     keep: bool,
 ) -> Result<i32> {
+    cgroupless::reexec_in_own_userns()?;
     let lock = root.lock(id)?;
     let mut container = build(root, id, opts, detach, &lock)?;
     let pid = init_pid(&container)?;
@@ -62,7 +65,7 @@ pub fn run(
         .then(supervise::SignalGuard::block_all)
         .transpose()?;
     if let Err(e) = container.start() {
-        let _ = destroy(&mut container);
+        let _ = destroy(root, &mut container);
         return Err(op_err("start", id, e));
     }
     let Some(guard) = guard else {
@@ -75,7 +78,7 @@ pub fn run(
     if !keep {
         let _lock = root.lock(id)?;
         if let Ok(mut container) = load(root, id) {
-            destroy(&mut container)?;
+            destroy(root, &mut container)?;
         }
     }
     status
@@ -116,7 +119,7 @@ pub fn delete(root: &StateRoot, id: &str, force: bool) -> Result<()> {
                 std::fs::remove_dir_all(&dir)
                     .map_err(|e| RuntimeError::io(format!("remove {dir:?}"), e))?;
             }
-            return Ok(());
+            return bundle::Effective::remove(root, id);
         }
         Err(e) => return Err(e),
     };
@@ -125,7 +128,7 @@ pub fn delete(root: &StateRoot, id: &str, force: bool) -> Result<()> {
         _ if force => {}
         _ => return Err(wrong_state(&container, "delete (use --force)")),
     }
-    destroy(&mut container)
+    destroy(root, &mut container)
 }
 
 pub fn pause(root: &StateRoot, id: &str) -> Result<()> {
@@ -179,62 +182,121 @@ fn build(
     if root.container_dir(id).exists() {
         return Err(RuntimeError::Exists { id: id.to_owned() });
     }
-    let bundle = bundle::load(&opts.bundle)?;
-    if !host::can_manage_cgroups() {
-        if bundle.spec.linux().as_ref().and_then(|l| l.resources().as_ref()).is_some() {
-            tracing::warn!(
-                id,
-                "cgroups cannot be managed here (rootless, or no cgroup hierarchy): \
-                 linux.resources is not applied; rely on rlimits"
-            );
+    let source = bundle::load(&opts.bundle)?;
+    let result = build_from(root, id, &source, opts, detach);
+    if result.is_err() {
+        // libcontainer cleans up after most failures; make sure no state,
+        // effective bundle or process outlives a failed create.
+        if let Ok(mut c) = Container::load(root.container_dir(id)) {
+            let _ = destroy(root, &mut c);
         }
+        let dir = root.container_dir(id);
+        if dir.exists() {
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+        let _ = bundle::Effective::remove(root, id);
     }
-    let built = ContainerBuilder::new(id.to_owned(), SyscallType::default())
+    result
+}
+
+fn build_from(
+    root: &StateRoot,
+    id: &str,
+    source: &bundle::Bundle,
+    opts: &CreateOptions,
+    detach: bool,
+) -> Result<Container> {
+    let mut spec = source.spec.clone();
+    let cgroup_path = cgroup_path(&mut spec, id);
+    let shadow = if host::can_manage_cgroups() {
+        None
+    } else {
+        without_cgroups(&mut spec, id);
+        Some(cgroupless::enter_for_create(&mut spec, &cgroup_path)?)
+    };
+    let new_netns = creates_netns(&spec);
+    let own_userns = has_userns(&spec);
+    let effective = bundle::Effective::write(root, id, source, spec)?;
+    let container = ContainerBuilder::new(id.to_owned(), SyscallType::default())
         .with_root_path(root.path())
         .and_then(|b| b.with_pid_file(opts.pid_file.as_ref()))
         .map(|b| {
             b.with_console_socket(opts.console_socket.as_ref())
                 .with_preserved_fds(opts.preserve_fds)
-                .as_init(&bundle.dir)
+                .as_init(&effective.dir)
                 // runsbx never drives systemd; cgroupfs directly.
                 .with_systemd(false)
                 .with_detach(detach)
                 .with_no_pivot(opts.no_pivot)
         })
-        .and_then(|b| b.build());
-    let mut container = match built {
-        Ok(container) => container,
-        Err(e) => {
-            // libcontainer cleans up after most failures; make sure no state
-            // directory or process outlives a failed create.
-            if let Ok(mut c) = Container::load(root.container_dir(id)) {
-                let _ = destroy(&mut c);
-            }
-            let dir = root.container_dir(id);
-            if dir.exists() {
-                let _ = std::fs::remove_dir_all(&dir);
-            }
-            return Err(op_err("create", id, e));
-        }
-    };
-    if let Err(e) = prepare_network(&container) {
-        let _ = destroy(&mut container);
-        return Err(e);
+        .and_then(|b| b.build())
+        .map_err(|e| op_err("create", id, e))?;
+    if let Some(shadow) = shadow {
+        shadow.leave()?;
     }
+    if new_netns {
+        netns::loopback_up(init_pid(&container)?, own_userns)?;
+    }
+    container.save().map_err(|e| op_err("save state of", id, e))?;
     Ok(container)
 }
 
-/// Sets `lo` up when the container got a network namespace of its own.
-fn prepare_network(container: &Container) -> Result<()> {
-    let pid = init_pid(container)?;
-    if netns::has_own_netns(pid)? {
-        netns::loopback_up(pid)?;
+/// The spec's cgroup path, or `/runsbx/<id>` written into it when it has
+/// none (libcontainer's own default is a systemd-style name).
+fn cgroup_path(spec: &mut Spec, id: &str) -> PathBuf {
+    let Some(linux) = spec.linux_mut() else {
+        return PathBuf::from(format!("/runsbx/{id}"));
+    };
+    if let Some(path) = linux.cgroups_path() {
+        return path.clone();
     }
-    Ok(())
+    let path = PathBuf::from(format!("/runsbx/{id}"));
+    linux.set_cgroups_path(Some(path.clone()));
+    path
+}
+
+/// What cannot be had without a cgroup is dropped, and said so.
+fn without_cgroups(spec: &mut Spec, id: &str) {
+    if let Some(linux) = spec.linux_mut() {
+        if linux.resources().is_some() {
+            tracing::warn!(
+                id,
+                "runsbx cannot manage cgroups here (rootless on a cgroup v1 host, or no cgroup \
+                 hierarchy): linux.resources is not applied; the container runs under rlimits only"
+            );
+        }
+        linux.set_resources(None);
+    }
+    if let Some(mounts) = spec.mounts_mut() {
+        // A cgroup mount would expose the host's hierarchy names and cannot
+        // be made from a user namespace on cgroup v1.
+        mounts.retain(|m| m.typ().as_deref() != Some("cgroup"));
+    }
+}
+
+/// Whether the spec asks for a new network namespace (not one to join).
+fn creates_netns(spec: &Spec) -> bool {
+    namespace(spec, LinuxNamespaceType::Network).is_some_and(|path| path.is_none())
+}
+
+/// Whether the container is in a user namespace other than ours.
+fn has_userns(spec: &Spec) -> bool {
+    namespace(spec, LinuxNamespaceType::User).is_some()
+}
+
+/// `Some(path)` when the spec lists a namespace of this type.
+fn namespace(spec: &Spec, typ: LinuxNamespaceType) -> Option<Option<PathBuf>> {
+    spec.linux()
+        .as_ref()?
+        .namespaces()
+        .as_ref()?
+        .iter()
+        .find(|ns| ns.typ() == typ)
+        .map(|ns| ns.path().clone())
 }
 
 /// Kills every process of the container and removes its state.
-fn destroy(container: &mut Container) -> Result<()> {
+fn destroy(root: &StateRoot, container: &mut Container) -> Result<()> {
     let id = container.id().to_owned();
     if !host::can_manage_cgroups() {
         // libcontainer kills through the cgroup, which does not exist here:
@@ -246,7 +308,8 @@ fn destroy(container: &mut Container) -> Result<()> {
     }
     container
         .delete(true)
-        .map_err(|e| op_err("delete", &id, e))
+        .map_err(|e| op_err("delete", &id, e))?;
+    bundle::Effective::remove(root, &id)
 }
 
 fn require_cgroups(op: &'static str) -> Result<()> {

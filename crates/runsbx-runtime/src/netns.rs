@@ -8,9 +8,7 @@
 //! network namespace) and then its network namespace, and sets `lo` up.
 //! Nothing runs inside the container for this.
 
-use std::fs::File;
-use std::os::fd::AsFd;
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::{FromRawFd, OwnedFd};
 
 use nix::sched::{setns, CloneFlags};
 use nix::sys::wait::{waitpid, WaitStatus};
@@ -18,58 +16,48 @@ use nix::unistd::{fork, ForkResult, Pid};
 
 use crate::error::{Result, RuntimeError};
 
-/// Sets `lo` up in the network namespace of process `pid`.
-pub fn loopback_up(pid: Pid) -> Result<()> {
-    in_namespaces_of(pid, "bring up `lo`", set_lo_up)
+/// Sets `lo` up in the network namespace of process `pid`, joining its
+/// user namespace first when `own_userns` (the spec gave it one).
+pub fn loopback_up(pid: Pid, own_userns: bool) -> Result<()> {
+    in_namespaces_of(pid, own_userns, "bring up `lo`", set_lo_up)
 }
 
-/// Whether process `pid` has a network namespace of its own (not ours).
-pub fn has_own_netns(pid: Pid) -> Result<bool> {
-    Ok(!same_ns(pid, "net")?)
-}
-
-fn same_ns(pid: Pid, kind: &str) -> Result<bool> {
-    let theirs = format!("/proc/{pid}/ns/{kind}");
-    let ours = format!("/proc/self/ns/{kind}");
-    let a = std::fs::metadata(&theirs).map_err(|e| RuntimeError::io(format!("stat {theirs}"), e))?;
-    let b = std::fs::metadata(&ours).map_err(|e| RuntimeError::io(format!("stat {ours}"), e))?;
-    Ok(a.ino() == b.ino() && a.dev() == b.dev())
-}
-
-/// Runs `f` in a child process that has joined the user (if different from
-/// ours) and network namespaces of `pid`. `f` returns 0 or an errno.
-fn in_namespaces_of(pid: Pid, what: &str, f: fn() -> i32) -> Result<()> {
+/// Runs `f` in a child process that has joined the network namespace of
+/// `pid` (and its user namespace when `own_userns`). `f` returns 0 or an
+/// errno.
+///
+/// The namespaces are entered through a pidfd, not /proc/<pid>/ns: until it
+/// execs, the container's init process is not dumpable and its memory
+/// belongs to the initial user namespace, so a rootless caller may not open
+/// its /proc/<pid>/ns files, though it owns the namespaces.
+fn in_namespaces_of(pid: Pid, own_userns: bool, what: &str, f: fn() -> i32) -> Result<()> {
     let ctx = |step: &str| format!("{what} in the network namespace of pid {pid}: {step}");
-    let open = |kind: &str| {
-        let path = format!("/proc/{pid}/ns/{kind}");
-        File::open(&path).map_err(|e| RuntimeError::io(ctx(&format!("open {path}")), e))
-    };
-    let userns = if same_ns(pid, "user")? {
-        None
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    if fd < 0 {
+        return Err(RuntimeError::sys(ctx("pidfd_open"), nix::Error::last()));
+    }
+    // SAFETY: the kernel just returned this fd to us.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd as i32) };
+    let flags = if own_userns {
+        CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET
     } else {
-        Some(open("user")?)
+        CloneFlags::CLONE_NEWNET
     };
-    let netns = open("net")?;
 
     // SAFETY: runsbx is single-threaded when it calls this (libcontainer
     // requires it too), so the child may run arbitrary code; it only makes
     // syscalls and exits with _exit.
     match unsafe { fork() }.map_err(|e| RuntimeError::sys(ctx("fork"), e))? {
         ForkResult::Child => {
-            let code = (|| {
-                if let Some(userns) = &userns {
-                    if setns(userns.as_fd(), CloneFlags::CLONE_NEWUSER).is_err() {
-                        return 101;
-                    }
-                }
-                if setns(netns.as_fd(), CloneFlags::CLONE_NEWNET).is_err() {
-                    return 102;
-                }
-                match f() {
+            let code = match setns(&pidfd, flags) {
+                // 128 + errno tells the parent which step failed and why.
+                Err(e) => 128 + (e as i32).clamp(1, 127),
+                Ok(()) => match f() {
                     0 => 0,
                     errno => errno.clamp(1, 99),
-                }
-            })();
+                },
+            };
             // SAFETY: _exit skips atexit handlers and destructors that belong
             // to the parent's state.
             unsafe { libc::_exit(code) }
@@ -77,16 +65,10 @@ fn in_namespaces_of(pid: Pid, what: &str, f: fn() -> i32) -> Result<()> {
         ForkResult::Parent { child } => loop {
             match waitpid(child, None) {
                 Ok(WaitStatus::Exited(_, 0)) => return Ok(()),
-                Ok(WaitStatus::Exited(_, 101)) => {
-                    return Err(RuntimeError::invalid(
-                        ctx("setns(CLONE_NEWUSER)"),
-                        "refused (is this runsbx the owner of the container's user namespace?)",
-                    ))
-                }
-                Ok(WaitStatus::Exited(_, 102)) => {
-                    return Err(RuntimeError::invalid(
-                        ctx("setns(CLONE_NEWNET)"),
-                        "refused (no CAP_SYS_ADMIN over the container's network namespace)",
+                Ok(WaitStatus::Exited(_, code)) if code > 128 => {
+                    return Err(RuntimeError::sys(
+                        ctx(&format!("setns({flags:?})")),
+                        nix::Error::from_raw(code - 128),
                     ))
                 }
                 Ok(WaitStatus::Exited(_, errno)) => {

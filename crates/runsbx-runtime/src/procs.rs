@@ -27,7 +27,9 @@ fn pidns_of(pid: i32) -> Option<(u64, u64)> {
 /// `init` when it shares our pid namespace (never the host's processes).
 pub fn pids_in_namespace_of(init: Pid) -> Result<Vec<Pid>> {
     let Some(target) = pidns_of(init.as_raw()) else {
-        return Ok(Vec::new());
+        // Not readable: a created container's init before it execs (not
+        // dumpable, see netns.rs). Nothing else can run in it yet.
+        return Ok(vec![init]);
     };
     if pidns_of(std::process::id() as i32) == Some(target) {
         return Ok(vec![init]);
@@ -61,6 +63,10 @@ pub fn signal_all(init: Pid, signal: Signal) -> Result<()> {
 /// zombie for its parent to reap). The kernel kills the rest of the pid
 /// namespace when its init dies.
 pub fn kill_and_wait(init: Pid) -> Result<()> {
+    match kill(init, Signal::SIGKILL) {
+        Ok(()) | Err(nix::Error::ESRCH) => {}
+        Err(e) => return Err(RuntimeError::sys(format!("kill({init}, SIGKILL)"), e)),
+    }
     signal_all(init, Signal::SIGKILL)?;
     let deadline = Instant::now() + KILL_WAIT;
     while alive(init) {

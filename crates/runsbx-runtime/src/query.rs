@@ -37,10 +37,11 @@ impl OciState {
             ContainerStatus::Stopped => 0,
             _ => container.pid().map(|p| p.as_raw()).unwrap_or(0),
         };
-        let bundle = container.bundle().clone();
-        let rootfs = crate::bundle::load(&bundle)
+        let effective = container.bundle();
+        let rootfs = crate::bundle::load(effective)
             .map(|b| b.rootfs)
             .unwrap_or_default();
+        let bundle = crate::bundle::Effective::source_of(effective);
         Self {
             oci_version: libcontainer::oci_spec::runtime::VERSION.to_owned(),
             id: container.id().to_owned(),

@@ -1,0 +1,262 @@
+//! Letting libcontainer build a container where runsbx cannot make cgroups.
+//!
+//! libcontainer 0.7 always moves a new container's first process into a
+//! cgroup, and on a cgroup v1 (or hybrid) host its v1 manager ignores the
+//! rootless flag: an unprivileged caller fails with EACCES on
+//! `/sys/fs/cgroup/<controller>/…`, as does root inside rootless podman's
+//! user namespace. runc and crun skip cgroups there instead.
+//!
+//! runsbx does the same without patching libcontainer: before building the
+//! container it moves itself into a private mount namespace (in a user
+//! namespace it owns, when it is not in one already) and mounts an empty
+//! tmpfs over `/sys/fs/cgroup`, holding only the directories and files the
+//! v1 manager touches for this container's cgroup path. The manager then
+//! "joins" files in that tmpfs: no cgroup exists and nothing on the host
+//! changes. The container's own limits come from rlimits; this is logged,
+//! and the policy's attestation says so.
+//!
+//! The tmpfs is visible only to this runsbx process and the namespaces it
+//! creates (the container pivots away from it), and it is unmounted as soon
+//! as the container exists.
+
+use std::fs;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+
+use libcontainer::oci_spec::runtime::{LinuxIdMapping, LinuxIdMappingBuilder, Spec};
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::sched::{setns, unshare, CloneFlags};
+use nix::unistd::{Gid, Pid, Uid};
+
+use crate::error::{Result, RuntimeError};
+use crate::host;
+
+const CGROUP_ROOT: &str = "/sys/fs/cgroup";
+
+/// The shadow over `/sys/fs/cgroup`; unmount it with [`Shadow::leave`] once
+/// libcontainer has made its cgroup calls.
+#[derive(Debug)]
+pub struct Shadow(());
+
+impl Shadow {
+    pub fn leave(self) -> Result<()> {
+        umount2(CGROUP_ROOT, MntFlags::MNT_DETACH)
+            .map_err(|e| RuntimeError::sys(format!("unmount the cgroup shadow on {CGROUP_ROOT}"), e))
+    }
+}
+
+/// Set on the re-executed runsbx: the uid and gid it ran as before it made
+/// its own user namespace, so that the spec's id mappings can be rewritten.
+const USERNS_FROM_ENV: &str = "_RUNSBX_USERNS_FROM";
+
+/// For `create`/`run` by an unprivileged user on a host where runsbx cannot
+/// make cgroups: re-executes runsbx in a user namespace of its own (mapping
+/// the caller to 0), as rootless podman runs its runtime. Returns only when
+/// that is not needed.
+///
+/// An exec is needed, not just unshare: a process's memory belongs to the
+/// user namespace it exec'd in, and libcontainer makes itself and the
+/// container's init non-dumpable, so only a runsbx exec'd inside the new
+/// namespace may then open the init's namespaces (to bring `lo` up).
+pub fn reexec_in_own_userns() -> Result<()> {
+    use std::os::unix::ffi::OsStringExt;
+    if host::can_manage_cgroups() || host::in_user_namespace() {
+        return Ok(());
+    }
+    let (uid, gid) = (Uid::effective().as_raw(), Gid::effective().as_raw());
+    enter_own_user_namespace(uid, gid)?;
+    let argv = std::env::args_os()
+        .map(|a| std::ffi::CString::new(a.into_vec()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| RuntimeError::invalid("command line", e.to_string()))?;
+    std::env::set_var(USERNS_FROM_ENV, format!("{uid}:{gid}"));
+    let err = nix::unistd::execv(c"/proc/self/exe", &argv).err();
+    Err(RuntimeError::sys(
+        "re-execute runsbx in its own user namespace",
+        err.unwrap_or(nix::Error::UnknownErrno),
+    ))
+}
+
+/// For `create`/`run`: rewrites the spec's id mappings for the user
+/// namespace runsbx made (see [`reexec_in_own_userns`]), then the shadow.
+pub fn enter_for_create(spec: &mut Spec, cgroup_path: &Path) -> Result<Shadow> {
+    if let Some(from) = std::env::var_os(USERNS_FROM_ENV) {
+        let from = from.to_string_lossy().into_owned();
+        let (uid, gid) = from
+            .split_once(':')
+            .and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)))
+            .ok_or_else(|| RuntimeError::invalid(USERNS_FROM_ENV, format!("malformed: {from:?}")))?;
+        let linux = spec.linux_mut().as_mut().ok_or_else(|| {
+            RuntimeError::invalid("config.json", "has no `linux` section")
+        })?;
+        // Inside our namespace, our own uid and gid are 0.
+        let uids = own_id_only("uid", linux.uid_mappings().as_deref(), uid)?;
+        let gids = own_id_only("gid", linux.gid_mappings().as_deref(), gid)?;
+        linux.set_uid_mappings(uids).set_gid_mappings(gids);
+    }
+    shadow(cgroup_path)
+}
+
+/// For `exec`: joins the user namespace the container was created from
+/// (the parent of its own), so that joining the container's user
+/// namespace is allowed, then the shadow.
+pub fn enter_for_exec(init: Pid, cgroup_path: &Path) -> Result<Shadow> {
+    let ctx = |step: &str| format!("prepare exec into pid {init} without cgroups: {step}");
+    let theirs = open_ns(init, "user").map_err(|e| RuntimeError::io(ctx("open its user namespace"), e))?;
+    let ours = open_ns(Pid::this(), "user").map_err(|e| RuntimeError::io(ctx("open our user namespace"), e))?;
+    if !same_file(&theirs, &ours)? {
+        let parent = parent_ns(&theirs).map(fs::File::from).map_err(|e| RuntimeError::sys(ctx("NS_GET_PARENT"), e))?;
+        if !same_file(&parent, &ours)? {
+            setns(&parent, CloneFlags::CLONE_NEWUSER)
+                .map_err(|e| RuntimeError::sys(ctx("join the container's parent user namespace"), e))?;
+        }
+    }
+    shadow(cgroup_path)
+}
+
+fn shadow(cgroup_path: &Path) -> Result<Shadow> {
+    let ctx = |step: &str| format!("hide cgroups for a rootless container: {step}");
+    let v1_mounts = cgroup_v1_mount_points().map_err(|e| RuntimeError::io(ctx("read mountinfo"), e))?;
+    let cpuset = read_trimmed("/sys/fs/cgroup/cpuset/cpuset.cpus");
+    let mems = read_trimmed("/sys/fs/cgroup/cpuset/cpuset.mems");
+    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| RuntimeError::sys(ctx("unshare(CLONE_NEWNS)"), e))?;
+    // Nothing mounted here may propagate back to the namespace we came from.
+    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_SLAVE, None::<&str>)
+        .map_err(|e| RuntimeError::sys(ctx("make / a slave mount"), e))?;
+    mount(
+        Some("runsbx-cgroup-shadow"),
+        CGROUP_ROOT,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("mode=0755,size=1m"),
+    )
+    .map_err(|e| RuntimeError::sys(ctx(&format!("mount tmpfs on {CGROUP_ROOT}")), e))?;
+    let shadow = Shadow(());
+    let relative: Vec<Component> = cgroup_path
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .collect();
+    for mount_point in v1_mounts {
+        if !mount_point.starts_with(CGROUP_ROOT) {
+            continue;
+        }
+        // The v1 cpuset controller reads cpuset.cpus and cpuset.mems at
+        // every level from its mount point down and copies them into the
+        // new cgroup; every other controller just writes cgroup.procs.
+        let mut dir = mount_point.clone();
+        let write_level = |dir: &Path| -> std::io::Result<()> {
+            fs::create_dir_all(dir)?;
+            fs::write(dir.join("cpuset.cpus"), &cpuset)?;
+            fs::write(dir.join("cpuset.mems"), &mems)
+        };
+        write_level(&dir).map_err(|e| RuntimeError::io(ctx(&format!("populate {dir:?}")), e))?;
+        for component in &relative {
+            dir.push(component);
+            write_level(&dir).map_err(|e| RuntimeError::io(ctx(&format!("populate {dir:?}")), e))?;
+        }
+        fs::write(dir.join("cgroup.procs"), "")
+            .map_err(|e| RuntimeError::io(ctx(&format!("populate {dir:?}")), e))?;
+    }
+    Ok(shadow)
+}
+
+/// Mount points of cgroup v1 hierarchies, from /proc/self/mountinfo.
+fn cgroup_v1_mount_points() -> std::io::Result<Vec<PathBuf>> {
+    let info = fs::read_to_string("/proc/self/mountinfo")?;
+    Ok(info
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mount_point = left.split_whitespace().nth(4)?;
+            (right.split_whitespace().next()? == "cgroup").then(|| PathBuf::from(mount_point))
+        })
+        .collect())
+}
+
+fn read_trimmed(path: &str) -> String {
+    fs::read_to_string(path)
+        .map(|s| s.trim().to_owned())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "0".to_owned())
+}
+
+/// The spec's mappings, rewritten for our own user namespace, where our
+/// uid (or gid) is 0. Only our own id can be mapped: mapping more needs
+/// newuidmap with /etc/subuid, which cannot work from inside it.
+fn own_id_only(
+    kind: &str,
+    maps: Option<&[LinuxIdMapping]>,
+    own: u32,
+) -> Result<Option<Vec<LinuxIdMapping>>> {
+    let Some(maps) = maps else { return Ok(None) };
+    let mut out = Vec::with_capacity(maps.len());
+    for m in maps {
+        if m.host_id() != own || m.size() != 1 {
+            return Err(RuntimeError::invalid(
+                format!(
+                    "linux.{kind}Mappings entry {{containerID: {}, hostID: {}, size: {}}}",
+                    m.container_id(),
+                    m.host_id(),
+                    m.size()
+                ),
+                format!(
+                    "rootless runsbx on a host without usable cgroups maps only your own {kind} \
+                     ({own}, size 1); `runsbx spec --rootless` writes such a mapping"
+                ),
+            ));
+        }
+        out.push(
+            LinuxIdMappingBuilder::default()
+                .container_id(m.container_id())
+                .host_id(0u32)
+                .size(1u32)
+                .build()
+                .map_err(|e| RuntimeError::invalid(format!("{kind} mapping"), e.to_string()))?,
+        );
+    }
+    Ok(Some(out))
+}
+
+fn enter_own_user_namespace(uid: u32, gid: u32) -> Result<()> {
+    let ctx = |step: &str| format!("enter a user namespace of our own: {step}");
+    unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| {
+        RuntimeError::sys(
+            ctx("unshare(CLONE_NEWUSER) (are unprivileged user namespaces enabled? check sysctl user.max_user_namespaces and kernel.unprivileged_userns_clone)"),
+            e,
+        )
+    })?;
+    let write = |file: &str, text: String| {
+        fs::write(format!("/proc/self/{file}"), text)
+            .map_err(|e| RuntimeError::io(ctx(&format!("write /proc/self/{file}")), e))
+    };
+    write("setgroups", "deny".to_owned())?;
+    write("uid_map", format!("0 {uid} 1"))?;
+    write("gid_map", format!("0 {gid} 1"))
+}
+
+fn open_ns(pid: Pid, kind: &str) -> std::io::Result<fs::File> {
+    fs::File::open(format!("/proc/{pid}/ns/{kind}"))
+}
+
+fn same_file(a: &fs::File, b: &fs::File) -> Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let (a, b) = (
+        a.metadata().map_err(|e| RuntimeError::io("fstat namespace", e))?,
+        b.metadata().map_err(|e| RuntimeError::io("fstat namespace", e))?,
+    );
+    Ok(a.dev() == b.dev() && a.ino() == b.ino())
+}
+
+/// ioctl(NS_GET_PARENT): the parent of a user namespace.
+fn parent_ns(ns: &fs::File) -> nix::Result<OwnedFd> {
+    // _IO(0xb7, 0x2) from <linux/nsfs.h>.
+    const NS_GET_PARENT: libc::c_ulong = 0xb702;
+    // SAFETY: the ioctl takes no argument and returns a new fd or -1.
+    let fd = unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_PARENT) };
+    if fd < 0 {
+        return Err(nix::Error::last());
+    }
+    // SAFETY: the kernel just returned this fd to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
