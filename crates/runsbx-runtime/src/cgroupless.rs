@@ -77,15 +77,21 @@ pub fn reexec_in_own_userns() -> Result<()> {
     ))
 }
 
+/// The caller's uid and gid when this runsbx runs in a user namespace it
+/// made itself.
+pub(crate) fn userns_from() -> Option<(u32, u32)> {
+    if !host::in_user_namespace() {
+        return None;
+    }
+    let from = std::env::var(USERNS_FROM_ENV).ok()?;
+    let (uid, gid) = from.split_once(':')?;
+    Some((uid.parse().ok()?, gid.parse().ok()?))
+}
+
 /// For `create`/`run`: rewrites the spec's id mappings for the user
 /// namespace runsbx made (see [`reexec_in_own_userns`]), then the shadow.
 pub fn enter_for_create(spec: &mut Spec, cgroup_path: &Path) -> Result<Shadow> {
-    if let Some(from) = std::env::var_os(USERNS_FROM_ENV) {
-        let from = from.to_string_lossy().into_owned();
-        let (uid, gid) = from
-            .split_once(':')
-            .and_then(|(u, g)| Some((u.parse().ok()?, g.parse().ok()?)))
-            .ok_or_else(|| RuntimeError::invalid(USERNS_FROM_ENV, format!("malformed: {from:?}")))?;
+    if let Some((uid, gid)) = userns_from() {
         let linux = spec.linux_mut().as_mut().ok_or_else(|| {
             RuntimeError::invalid("config.json", "has no `linux` section")
         })?;

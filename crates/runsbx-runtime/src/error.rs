@@ -20,6 +20,9 @@ pub mod exit {
     pub const NOT_FOUND: i32 = 4;
     /// The container exists already, or is in the wrong state for the operation.
     pub const CONFLICT: i32 = 5;
+    /// The operation needs what this host or mode cannot give (a cgroup,
+    /// when rootless on cgroup v1).
+    pub const UNSUPPORTED: i32 = 6;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +52,9 @@ pub enum RuntimeError {
         status: String,
         op: &'static str,
     },
+
+    #[error("{what}: {reason}")]
+    Unsupported { what: String, reason: String },
 
     #[error("{op} container `{id}`")]
     Container {
@@ -82,6 +88,7 @@ impl RuntimeError {
             }
             Self::NotFound { .. } => exit::NOT_FOUND,
             Self::Exists { .. } | Self::WrongState { .. } => exit::CONFLICT,
+            Self::Unsupported { .. } => exit::UNSUPPORTED,
             Self::Container { .. } | Self::Io { .. } | Self::Sys { .. } => exit::FAILURE,
         }
     }
@@ -97,6 +104,13 @@ impl RuntimeError {
         Self::Sys {
             context: context.into(),
             source,
+        }
+    }
+
+    pub(crate) fn unsupported(what: impl Into<String>, reason: impl Into<String>) -> Self {
+        Self::Unsupported {
+            what: what.into(),
+            reason: reason.into(),
         }
     }
 

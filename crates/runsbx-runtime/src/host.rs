@@ -47,3 +47,85 @@ pub fn cgroup_layout() -> CgroupLayout {
 pub fn can_manage_cgroups() -> bool {
     !rootless() && cgroup_layout() != CgroupLayout::None
 }
+
+/// The uid runsbx was invoked as: before it re-executed itself in a user
+/// namespace of its own (see cgroupless.rs), or its effective uid.
+pub fn caller_uid() -> u32 {
+    crate::cgroupless::userns_from()
+        .map(|(uid, _)| uid)
+        .unwrap_or_else(|| Uid::effective().as_raw())
+}
+
+/// Refuses rlimits the container could not be given: raising a hard limit
+/// needs CAP_SYS_RESOURCE in the initial user namespace, which a rootless
+/// runsbx, a container in a user namespace, or a host whose bounding set
+/// lacks it (as on these CI machines) does not have. libcontainer would
+/// fail inside the container's setup with a bare EPERM instead.
+pub fn check_rlimits(spec: &libcontainer::oci_spec::runtime::Spec) -> crate::Result<()> {
+    use caps::{CapSet, Capability};
+    let Some(rlimits) = spec.process().as_ref().and_then(|p| p.rlimits().as_ref()) else {
+        return Ok(());
+    };
+    let userns = spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.namespaces().as_ref())
+        .is_some_and(|nss| {
+            nss.iter()
+                .any(|ns| ns.typ() == libcontainer::oci_spec::runtime::LinuxNamespaceType::User)
+        });
+    let privileged = !rootless()
+        && !userns
+        && caps::has_cap(None, CapSet::Effective, Capability::CAP_SYS_RESOURCE).unwrap_or(false);
+    if privileged {
+        return Ok(());
+    }
+    for rl in rlimits {
+        let name = serde_json::to_value(rl.typ())
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let Some(resource) = rlimit_resource(&name) else {
+            continue;
+        };
+        let Ok((_, hard)) = nix::sys::resource::getrlimit(resource) else {
+            continue;
+        };
+        if rl.hard() > hard || rl.soft() > rl.hard() {
+            return Err(crate::RuntimeError::invalid(
+                format!("process.rlimits {name} (soft {}, hard {})", rl.soft(), rl.hard()),
+                format!(
+                    "exceeds this host's hard limit {hard}, and raising it needs \
+                     CAP_SYS_RESOURCE, which runsbx does not have here; lower it \
+                     (podman: `default_ulimits` in containers.conf, e.g. \
+                     \"{}={hard}:{hard}\")",
+                    name.trim_start_matches("RLIMIT_").to_ascii_lowercase()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn rlimit_resource(name: &str) -> Option<nix::sys::resource::Resource> {
+    use nix::sys::resource::Resource::*;
+    Some(match name {
+        "RLIMIT_AS" => RLIMIT_AS,
+        "RLIMIT_CORE" => RLIMIT_CORE,
+        "RLIMIT_CPU" => RLIMIT_CPU,
+        "RLIMIT_DATA" => RLIMIT_DATA,
+        "RLIMIT_FSIZE" => RLIMIT_FSIZE,
+        "RLIMIT_LOCKS" => RLIMIT_LOCKS,
+        "RLIMIT_MEMLOCK" => RLIMIT_MEMLOCK,
+        "RLIMIT_MSGQUEUE" => RLIMIT_MSGQUEUE,
+        "RLIMIT_NICE" => RLIMIT_NICE,
+        "RLIMIT_NOFILE" => RLIMIT_NOFILE,
+        "RLIMIT_NPROC" => RLIMIT_NPROC,
+        "RLIMIT_RSS" => RLIMIT_RSS,
+        "RLIMIT_RTPRIO" => RLIMIT_RTPRIO,
+        "RLIMIT_RTTIME" => RLIMIT_RTTIME,
+        "RLIMIT_SIGPENDING" => RLIMIT_SIGPENDING,
+        "RLIMIT_STACK" => RLIMIT_STACK,
+        _ => return None,
+    })
+}

@@ -187,8 +187,10 @@ fn build(
     if result.is_err() {
         // libcontainer cleans up after most failures; make sure no state,
         // effective bundle or process outlives a failed create.
-        if let Ok(mut c) = Container::load(root.container_dir(id)) {
-            let _ = destroy(root, &mut c);
+        if root.exists(id) {
+            if let Ok(mut c) = Container::load(root.container_dir(id)) {
+                let _ = destroy(root, &mut c);
+            }
         }
         let dir = root.container_dir(id);
         if dir.exists() {
@@ -206,6 +208,7 @@ fn build_from(
     opts: &CreateOptions,
     detach: bool,
 ) -> Result<Container> {
+    host::check_rlimits(&source.spec)?;
     let mut spec = source.spec.clone();
     let cgroup_path = cgroup_path(&mut spec, id);
     let shadow = if host::can_manage_cgroups() {
@@ -217,7 +220,7 @@ fn build_from(
     let new_netns = creates_netns(&spec);
     let own_userns = has_userns(&spec);
     let effective = bundle::Effective::write(root, id, source, spec)?;
-    let container = ContainerBuilder::new(id.to_owned(), SyscallType::default())
+    let mut container = ContainerBuilder::new(id.to_owned(), SyscallType::default())
         .with_root_path(root.path())
         .and_then(|b| b.with_pid_file(opts.pid_file.as_ref()))
         .map(|b| {
@@ -237,6 +240,8 @@ fn build_from(
     if new_netns {
         netns::loopback_up(init_pid(&container)?, own_userns)?;
     }
+    // Inside runsbx's own user namespace the creator looks like root.
+    container.set_creator(host::caller_uid());
     container.save().map_err(|e| op_err("save state of", id, e))?;
     Ok(container)
 }
@@ -316,7 +321,7 @@ fn require_cgroups(op: &'static str) -> Result<()> {
     if host::can_manage_cgroups() {
         return Ok(());
     }
-    Err(RuntimeError::invalid(
+    Err(RuntimeError::unsupported(
         op,
         "needs the cgroup freezer, which runsbx cannot manage here \
          (rootless, or no cgroup hierarchy)",

@@ -116,7 +116,7 @@ pub fn stats(root: &StateRoot, id: &str) -> Result<StatsEvent> {
         });
     }
     if !host::can_manage_cgroups() {
-        return Err(RuntimeError::invalid(
+        return Err(RuntimeError::unsupported(
             format!("events --stats `{id}`"),
             "statistics come from the container's cgroup, which runsbx cannot manage here \
              (rootless, or no cgroup hierarchy)",

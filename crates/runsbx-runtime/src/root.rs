@@ -55,7 +55,7 @@ pub fn default_root() -> PathBuf {
     }
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(dir) if !dir.is_empty() => Path::new(&dir).join("runsbx"),
-        _ => PathBuf::from(format!("/tmp/runsbx-{}", Uid::effective())),
+        _ => PathBuf::from(format!("/tmp/runsbx-{}", host::caller_uid())),
     }
 }
 

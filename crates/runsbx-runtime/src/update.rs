@@ -13,7 +13,7 @@ pub fn update(root: &StateRoot, id: &str, resources: &LinuxResources) -> Result<
     let _lock = root.lock(id)?;
     let container = load(root, id)?;
     if !host::can_manage_cgroups() {
-        return Err(RuntimeError::invalid(
+        return Err(RuntimeError::unsupported(
             format!("update `{id}`"),
             "resources are applied through the container's cgroup, which runsbx cannot \
              manage here (rootless, or no cgroup hierarchy)",

@@ -4,6 +4,7 @@
 
 use std::fmt::{self, Write as _};
 use std::fs::OpenOptions;
+use std::io::IsTerminal;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -47,6 +48,7 @@ pub fn init(log: Option<&Path>, format: Option<&str>, debug: bool) -> Result<()>
             .try_init(),
         (None, false) => builder
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
             .without_time()
             .with_target(false)
             .try_init(),
