@@ -133,21 +133,21 @@ pub fn delete(root: &StateRoot, id: &str, force: bool) -> Result<()> {
 
 pub fn pause(root: &StateRoot, id: &str) -> Result<()> {
     let _lock = root.lock(id)?;
+    require_cgroups("pause")?;
     let mut container = load(root, id)?;
     if !container.can_pause() {
         return Err(wrong_state(&container, "pause"));
     }
-    require_cgroups("pause")?;
     container.pause().map_err(|e| op_err("pause", id, e))
 }
 
 pub fn resume(root: &StateRoot, id: &str) -> Result<()> {
     let _lock = root.lock(id)?;
+    require_cgroups("resume")?;
     let mut container = load(root, id)?;
     if !container.can_resume() {
         return Err(wrong_state(&container, "resume"));
     }
-    require_cgroups("resume")?;
     container.resume().map_err(|e| op_err("resume", id, e))
 }
 
@@ -210,12 +210,12 @@ fn build_from(
 ) -> Result<Container> {
     host::check_rlimits(&source.spec)?;
     let mut spec = source.spec.clone();
-    let cgroup_path = cgroup_path(&mut spec, id);
     let shadow = if host::can_manage_cgroups() {
+        default_cgroup_path(&mut spec, root, id);
         None
     } else {
-        without_cgroups(&mut spec, id);
-        Some(cgroupless::enter_for_create(&mut spec, &cgroup_path)?)
+        let fake = without_cgroups(&mut spec, id);
+        Some(cgroupless::enter_for_create(&mut spec, &fake)?)
     };
     let new_netns = creates_netns(&spec);
     let own_userns = has_userns(&spec);
@@ -246,23 +246,43 @@ fn build_from(
     Ok(container)
 }
 
-/// The spec's cgroup path, or `/runsbx/<id>` written into it when it has
-/// none (libcontainer's own default is a systemd-style name).
-fn cgroup_path(spec: &mut Spec, id: &str) -> PathBuf {
-    let Some(linux) = spec.linux_mut() else {
-        return PathBuf::from(format!("/runsbx/{id}"));
-    };
-    if let Some(path) = linux.cgroups_path() {
-        return path.clone();
+/// Gives a spec without a cgroup path one of runsbx's (libcontainer's own
+/// default is a systemd-style name): `/runsbx/<id>` for the default state
+/// root; with another state root, whose ids may repeat the default root's,
+/// `/runsbx/<hash of the state root>-<id>`.
+fn default_cgroup_path(spec: &mut Spec, root: &StateRoot, id: &str) {
+    let Some(linux) = spec.linux_mut() else { return };
+    if linux.cgroups_path().is_some() {
+        return;
     }
-    let path = PathBuf::from(format!("/runsbx/{id}"));
-    linux.set_cgroups_path(Some(path.clone()));
-    path
+    let path = if root.path() == crate::root::default_root() {
+        format!("/runsbx/{id}")
+    } else {
+        // FNV-1a: stable across runs, unlike std's hasher.
+        let hash = root.path().as_os_str().as_encoded_bytes().iter().fold(
+            0xcbf2_9ce4_8422_2325_u64,
+            |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3),
+        );
+        format!("/runsbx/{:08x}-{id}", hash as u32)
+    };
+    linux.set_cgroups_path(Some(PathBuf::from(path)));
 }
 
-/// What cannot be had without a cgroup is dropped, and said so.
-fn without_cgroups(spec: &mut Spec, id: &str) {
+/// What cannot be had without a cgroup is dropped, and said so. Returns
+/// the cgroup path libcontainer is given instead: one that exists nowhere
+/// on the host (unique per container), so that its `delete` never touches
+/// a real cgroup, such as a root container's with the same id.
+fn without_cgroups(spec: &mut Spec, id: &str) -> PathBuf {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    let fake = PathBuf::from(format!(
+        "/runsbx-no-cgroup/{}/{id}-{:016x}",
+        host::caller_uid(),
+        h.finish()
+    ));
     if let Some(linux) = spec.linux_mut() {
+        linux.set_cgroups_path(Some(fake.clone()));
         if linux.resources().is_some() {
             tracing::warn!(
                 id,
@@ -277,6 +297,7 @@ fn without_cgroups(spec: &mut Spec, id: &str) {
         // be made from a user namespace on cgroup v1.
         mounts.retain(|m| m.typ().as_deref() != Some("cgroup"));
     }
+    fake
 }
 
 /// Whether the spec asks for a new network namespace (not one to join).

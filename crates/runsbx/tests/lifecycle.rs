@@ -1,0 +1,344 @@
+//! Every runc command, driven through the built binary against a busybox
+//! bundle, as root and as an unprivileged user.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::fs;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::{output_within, Fixture};
+
+fn run_returns_exit_code(fx: Fixture) {
+    let b = fx.bundle("b", &["sh", "-c", "exit 7"], |_| {});
+    let out = fx.run(["run", "--bundle", b.to_str().unwrap(), "c1"]);
+    assert_eq!(out.code, 7, "{out:?}");
+    fx.assert_clean();
+}
+as_root_and_rootless!(run_returns_exit_code: run_exit_code_as_root, run_exit_code_rootless);
+
+/// The container's init is killed from outside (an init cannot SIGKILL
+/// itself in its own pid namespace): `run` returns 128 + 9.
+fn run_reports_signal_as_128_plus(fx: Fixture) {
+    let b = fx.bundle("b", &["sleep", "1000"], |_| {});
+    let mut cmd = fx.cmd(["run", "--bundle", b.to_str().unwrap(), "c1"]);
+    let run = std::thread::spawn(move || support::output_via_files(&mut cmd));
+    fx.wait_status("c1", "running");
+    fx.run(["kill", "c1", "KILL"]).ok();
+    let out = run.join().unwrap();
+    assert_eq!(out.code, 128 + 9, "{out:?}");
+    fx.assert_clean();
+}
+as_root_and_rootless!(run_reports_signal_as_128_plus: run_signal_as_root, run_signal_rootless);
+
+/// youki 0.7's `run` hangs on a process that exits at once; runsbx must not.
+fn run_true_never_hangs(fx: Fixture) {
+    let b = fx.bundle("b", &["/bin/true"], |_| {});
+    for i in 0..20 {
+        let id = format!("t{i}");
+        let out = output_within(
+            &mut fx.cmd(["run", "--bundle", b.to_str().unwrap(), &id]),
+            Duration::from_secs(10),
+        );
+        assert_eq!(out.code, 0, "run {i}: {out:?}");
+    }
+    fx.assert_clean();
+}
+as_root_and_rootless!(run_true_never_hangs: run_true_as_root, run_true_rootless);
+
+fn run_forwards_signals(fx: Fixture) {
+    let script = "trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done";
+    let b = fx.bundle("b", &["sh", "-c", script], |_| {});
+    let mut cmd = fx.cmd(["run", "--bundle", b.to_str().unwrap(), "c1"]);
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    fx.wait_status("c1", "running");
+    // The trap is set once "ready" would be printed; give sh that moment.
+    std::thread::sleep(Duration::from_millis(200));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let out = support::Out::of(child.wait_with_output().unwrap());
+    assert_eq!(out.code, 42, "{out:?}");
+    assert!(out.stdout.contains("ready"), "{out:?}");
+    fx.assert_clean();
+}
+as_root_and_rootless!(run_forwards_signals: run_forwards_signals_as_root, run_forwards_signals_rootless);
+
+/// Inside the container: `lo` is up, and a seccomp profile in the spec is
+/// really applied (`Seccomp: 2`, and the denied syscall fails with EPERM).
+fn loopback_up_and_seccomp_applied(fx: Fixture) {
+    let script = "ip link show lo; grep '^Seccomp:' /proc/self/status; \
+                  mkdir /tmp/x 2>&1; echo mkdir=$?; \
+                  nc -l -p 7777 >/dev/null & sleep 0.2; \
+                  echo hi | nc 127.0.0.1 7777 && echo loopback-connect=ok";
+    let b = fx.bundle("b", &["sh", "-c", script], |c| {
+        c["linux"]["seccomp"] = json!({
+            "defaultAction": "SCMP_ACT_ALLOW",
+            "architectures": ["SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"],
+            "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]
+        });
+        // /tmp must be writable for mkdir to fail only because of seccomp.
+        c["mounts"].as_array_mut().unwrap().push(json!({
+            "destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev"]
+        }));
+    });
+    let out = fx.run(["run", "--bundle", b.to_str().unwrap(), "c1"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.contains("<LOOPBACK,UP"), "lo is not up: {out:?}");
+    assert!(out.stdout.contains("Seccomp:\t2"), "seccomp not applied: {out:?}");
+    assert!(out.stdout.contains("Operation not permitted"), "{out:?}");
+    assert!(out.stdout.contains("mkdir=1"), "{out:?}");
+    assert!(out.stdout.contains("loopback-connect=ok"), "{out:?}");
+    fx.assert_clean();
+}
+as_root_and_rootless!(loopback_up_and_seccomp_applied: lo_and_seccomp_as_root, lo_and_seccomp_rootless);
+
+/// create → state → start → list → ps → exec → kill → delete.
+fn full_lifecycle(fx: Fixture) {
+    let b = fx.bundle("b", &["sh", "-c", "trap 'exit 3' TERM; sleep 1000 & wait"], |_| {});
+    let pid_file = fx.dir.path().join("pid");
+    let mut create = fx.cmd(["create", "--bundle", b.to_str().unwrap()]);
+    create.arg("--pid-file").arg(&pid_file).arg("c1");
+    let out = support::output_via_files(&mut create).ok();
+    assert_eq!(out.stdout, "");
+    let pid: i64 = fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+
+    let state = fx.run(["state", "c1"]).ok().json();
+    assert_eq!(state["status"], "created");
+    assert_eq!(state["id"], "c1");
+    assert_eq!(state["pid"], pid);
+    assert_eq!(state["bundle"], b.canonicalize().unwrap().to_str().unwrap());
+    assert!(state["ociVersion"].as_str().unwrap().starts_with("1."));
+    assert!(state["created"].as_str().unwrap().contains('T'));
+
+    fx.run(["start", "c1"]).ok();
+    fx.wait_status("c1", "running");
+    let again = fx.run(["start", "c1"]);
+    assert_eq!(again.code, 5, "second start: {again:?}");
+
+    let list = fx.run(["list", "--format", "json"]).ok().json();
+    let ids: Vec<&str> = list.as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["c1"]);
+    let table = fx.run(["list"]).ok();
+    assert!(table.stdout.starts_with("ID\tPID\tSTATUS"), "{table:?}");
+    assert!(table.stdout.contains("c1\t"), "{table:?}");
+    assert_eq!(fx.run(["list", "-q"]).ok().stdout, "c1\n");
+
+    // Two processes: sh and its sleep.
+    let pids = fx.run(["ps", "--format", "json", "c1"]).ok().json();
+    let pids: Vec<i64> = pids.as_array().unwrap().iter().map(|p| p.as_i64().unwrap()).collect();
+    assert!(pids.contains(&pid), "{pids:?}");
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    let ps = fx.run(["ps", "c1"]).ok();
+    assert!(ps.stdout.contains("sleep 1000"), "{ps:?}");
+
+    let exec = fx.run(["exec", "--env", "GREETING=hello", "--cwd", "/tmp", "c1", "sh", "-c", "echo $GREETING from $(pwd); exit 4"]);
+    assert_eq!(exec.code, 4, "{exec:?}");
+    assert_eq!(exec.stdout, "hello from /tmp\n");
+
+    let process = fx.dir.path().join("process.json");
+    fs::write(&process, serde_json::to_vec(&json!({
+        "args": ["sh", "-c", "id -u; echo $FROM_FILE"], "cwd": "/", "env": ["FROM_FILE=yes", "PATH=/bin"],
+        "user": {"uid": 0, "gid": 0}
+    })).unwrap()).unwrap();
+    let exec = fx.run(["exec", "--process", process.to_str().unwrap(), "c1"]);
+    assert_eq!(exec.code, 0, "{exec:?}");
+    assert_eq!(exec.stdout, "0\nyes\n");
+
+    let exec_pid = fx.dir.path().join("exec.pid");
+    let exec = fx.run(["exec", "--detach", "--pid-file", exec_pid.to_str().unwrap(), "c1", "sleep", "1000"]);
+    assert_eq!(exec.code, 0, "{exec:?}");
+    let detached: i64 = fs::read_to_string(&exec_pid).unwrap().trim().parse().unwrap();
+    let pids = fx.run(["ps", "--format", "json", "c1"]).ok().json();
+    assert!(pids.as_array().unwrap().contains(&Value::from(detached)), "{pids:?}");
+
+    fx.run(["kill", "c1", "TERM"]).ok();
+    fx.wait_status("c1", "stopped");
+    assert_eq!(fx.run(["state", "c1"]).ok().json()["pid"], 0);
+    let kill = fx.run(["kill", "c1", "KILL"]);
+    assert_eq!(kill.code, 5, "kill of a stopped container: {kill:?}");
+    assert!(kill.stderr.contains("container not running"), "{kill:?}");
+
+    fx.run(["delete", "c1"]).ok();
+    let gone = fx.run(["state", "c1"]);
+    assert_eq!(gone.code, 4, "{gone:?}");
+    assert!(gone.stderr.contains("does not exist"), "{gone:?}");
+    fx.assert_clean();
+}
+as_root_and_rootless!(full_lifecycle: lifecycle_as_root, lifecycle_rootless);
+
+fn kill_all_reaches_every_process(fx: Fixture) {
+    // Children that ignore TERM in the parent's trap but not in themselves.
+    let b = fx.bundle("b", &["sh", "-c", "trap '' TERM; sleep 1000 & sleep 1000 & wait"], |_| {});
+    fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"]).ok();
+    fx.wait_status("c1", "running");
+    let before = fx.run(["ps", "--format", "json", "c1"]).ok().json();
+    assert_eq!(before.as_array().unwrap().len(), 3, "{before:?}");
+    fx.run(["kill", "--all", "c1", "9"]).ok();
+    fx.wait_status("c1", "stopped");
+    fx.run(["delete", "c1"]).ok();
+    fx.assert_clean();
+}
+as_root_and_rootless!(kill_all_reaches_every_process: kill_all_as_root, kill_all_rootless);
+
+fn delete_force_stops_a_running_container(fx: Fixture) {
+    let b = fx.bundle("b", &["sleep", "1000"], |_| {});
+    fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"]).ok();
+    fx.wait_status("c1", "running");
+    let refused = fx.run(["delete", "c1"]);
+    assert_eq!(refused.code, 5, "delete of a running container: {refused:?}");
+    fx.run(["delete", "--force", "c1"]).ok();
+    fx.assert_clean();
+}
+as_root_and_rootless!(delete_force_stops_a_running_container: delete_force_as_root, delete_force_rootless);
+
+/// pause, resume, events --stats and update need the container's cgroup:
+/// applied as root; rootless on this cgroup v1 host, refused with exit 6.
+fn cgroup_commands(fx: Fixture) {
+    let b = fx.bundle("b", &["sleep", "1000"], |_| {});
+    fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"]).ok();
+    fx.wait_status("c1", "running");
+    if fx.rootless() {
+        for args in [&["pause", "c1"][..], &["resume", "c1"], &["events", "--stats", "c1"], &["update", "--pids-limit", "9", "c1"]] {
+            let out = fx.run(args);
+            assert_eq!(out.code, 6, "{args:?}: {out:?}");
+            assert!(out.stderr.contains("cgroup"), "{args:?}: {out:?}");
+        }
+    } else {
+        fx.run(["pause", "c1"]).ok();
+        assert_eq!(fx.run(["state", "c1"]).ok().json()["status"], "paused");
+        fx.run(["resume", "c1"]).ok();
+        assert_eq!(fx.run(["state", "c1"]).ok().json()["status"], "running");
+        let stats = fx.run(["events", "--stats", "c1"]).ok().json();
+        assert_eq!(stats["type"], "stats");
+        assert_eq!(stats["id"], "c1");
+        assert!(stats["data"]["pids"].is_object(), "{stats}");
+        fx.run(["update", "--pids-limit", "9", "--memory", "67108864", "c1"]).ok();
+        // The container's cgroups, as its own process sees them.
+        let pid = fx.run(["state", "c1"]).ok().json()["pid"].as_i64().unwrap();
+        let cgroups = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+        let path_of = |controller: &str| {
+            let line = cgroups.lines().find(|l| l.split(':').nth(1) == Some(controller)).unwrap();
+            std::path::PathBuf::from(format!("/sys/fs/cgroup/{controller}{}", line.split(':').nth(2).unwrap()))
+        };
+        let pids = path_of("pids");
+        assert!(pids.to_string_lossy().contains("/runsbx/"), "{pids:?}");
+        assert_eq!(fs::read_to_string(pids.join("pids.max")).unwrap().trim(), "9");
+        let mem = fs::read_to_string(path_of("memory").join("memory.limit_in_bytes")).unwrap();
+        assert_eq!(mem.trim(), "67108864");
+        fx.run(["delete", "--force", "c1"]).ok();
+        assert!(!pids.exists(), "cgroup {pids:?} left behind");
+    }
+    fx.run(["delete", "--force", "c1"]);
+    fx.assert_clean();
+}
+as_root_and_rootless!(cgroup_commands: cgroup_commands_as_root, cgroup_commands_rootless);
+
+fn features_spec_version(fx: Fixture) {
+    let features = fx.run(["features"]).ok().json();
+    assert_eq!(features["ociVersionMin"], "1.0.0");
+    assert_eq!(features["linux"]["seccomp"]["enabled"], true);
+    assert!(features["linux"]["namespaces"].as_array().unwrap().contains(&Value::from("user")));
+
+    let version = fx.run(["--version"]).ok();
+    assert!(version.stdout.starts_with("runsbx "), "{version:?}");
+
+    let b = fx.bundle("b", &["true"], |_| {});
+    let config: Value = serde_json::from_slice(&fs::read(b.join("config.json")).unwrap()).unwrap();
+    let namespaces: Vec<&str> = config["linux"]["namespaces"].as_array().unwrap().iter().map(|n| n["type"].as_str().unwrap()).collect();
+    assert!(namespaces.contains(&"network"), "{namespaces:?}");
+    if let support::Who::User(u) = &fx.who {
+        assert!(namespaces.contains(&"user"), "{namespaces:?}");
+        assert_eq!(config["linux"]["uidMappings"][0]["hostID"], u.uid);
+        assert_eq!(config["linux"]["uidMappings"][0]["containerID"], 0);
+    }
+    let again = fx.run(["spec", "--bundle", b.to_str().unwrap()]);
+    assert_eq!(again.code, 3, "spec must not overwrite: {again:?}");
+    assert!(again.stderr.contains("exists already"), "{again:?}");
+}
+as_root_and_rootless!(features_spec_version: features_spec_version_as_root, features_spec_version_rootless);
+
+/// Without --root, state goes where runc's would: /run/runsbx as root,
+/// $XDG_RUNTIME_DIR/runsbx for an unprivileged user.
+fn default_state_root(fx: Fixture) {
+    let b = fx.bundle("b", &["sleep", "1000"], |_| {});
+    let id = format!("default-root-{}", std::process::id());
+    let xdg = fx.dir.path().join("xdg");
+    let expected = match &fx.who {
+        support::Who::Root => std::path::PathBuf::from("/run/runsbx"),
+        support::Who::User(_) => xdg.join("runsbx"),
+    };
+    let runsbx = |args: &[&str]| {
+        let mut cmd = std::process::Command::new(support::bin());
+        cmd.args(args);
+        fx.as_who(&mut cmd);
+        if fx.rootless() {
+            cmd.env("XDG_RUNTIME_DIR", &xdg);
+        }
+        support::output_via_files(&mut cmd)
+    };
+    if fx.rootless() {
+        fs::create_dir(&xdg).unwrap();
+        if let support::Who::User(u) = &fx.who {
+            nix::unistd::chown(&xdg, Some(u.uid.into()), Some(u.gid.into())).unwrap();
+        }
+    }
+    let out = runsbx(&["run", "--detach", "--bundle", b.to_str().unwrap(), &id]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(expected.join(&id).join("state.json").exists(), "no state under {expected:?}");
+    let out = runsbx(&["delete", "--force", &id]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(!expected.join(&id).exists());
+}
+as_root_and_rootless!(default_state_root: default_state_root_as_root, default_state_root_rootless);
+
+/// Concurrent creates of one id: exactly one wins, the rest are told it
+/// exists; nothing is corrupted.
+fn concurrent_commands_are_serialized(fx: Fixture) {
+    let b = fx.bundle("b", &["sleep", "1000"], |_| {});
+    let handles: Vec<_> = (0..6)
+        .map(|_| {
+            let mut cmd = fx.cmd(["create", "--bundle", b.to_str().unwrap(), "same"]);
+            std::thread::spawn(move || support::output_via_files(&mut cmd))
+        })
+        .collect();
+    let outs: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let won = outs.iter().filter(|o| o.code == 0).count();
+    assert_eq!(won, 1, "{outs:?}");
+    for o in outs.iter().filter(|o| o.code != 0) {
+        assert_eq!(o.code, 5, "{o:?}");
+        assert!(o.stderr.contains("already exists"), "{o:?}");
+    }
+    assert_eq!(fx.run(["state", "same"]).ok().json()["status"], "created");
+    // delete and state racing: state sees it whole or not at all.
+    let mut del = fx.cmd(["delete", "--force", "same"]);
+    let del = std::thread::spawn(move || support::output_via_files(&mut del));
+    for _ in 0..5 {
+        let s = fx.run(["state", "same"]);
+        assert!(s.code == 0 || s.code == 4, "{s:?}");
+    }
+    assert_eq!(del.join().unwrap().code, 0);
+    fx.assert_clean();
+}
+as_root_and_rootless!(concurrent_commands_are_serialized: concurrent_as_root, concurrent_rootless);
+
+/// `--log F --log-format json` writes runc's JSON lines, with the error
+/// last, as containerd's shim reads them.
+fn json_log_for_engines(fx: Fixture) {
+    let log = fx.dir.path().join("log.json");
+    let out = fx.run(["--log", log.to_str().unwrap(), "--log-format", "json", "start", "missing"]);
+    assert_eq!(out.code, 4, "{out:?}");
+    let text = fs::read_to_string(&log).unwrap();
+    let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
+    assert_eq!(last["level"], "error");
+    assert!(last["msg"].as_str().unwrap().contains("does not exist"), "{last}");
+    assert!(last["time"].is_string());
+}
+as_root_and_rootless!(json_log_for_engines: json_log_as_root, json_log_rootless);
