@@ -60,8 +60,16 @@ pub fn load(dir: &Path) -> Result<Bundle> {
             )))
         }
     }
-    if spec.process().is_none() {
+    let Some(process) = spec.process() else {
         return Err(bad("config.json has no `process`".to_owned()));
+    };
+    // The runtime spec requires an absolute cwd; libcontainer would fail
+    // later, inside the container, with only "failed to unix syscall".
+    if !process.cwd().is_absolute() {
+        return Err(bad(format!(
+            "process.cwd {:?} is not an absolute path",
+            process.cwd()
+        )));
     }
     Ok(Bundle { dir, spec, rootfs })
 }
