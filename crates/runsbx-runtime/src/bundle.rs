@@ -129,15 +129,20 @@ impl Effective {
             .map_err(|e| RuntimeError::invalid(ctx("encode"), e.to_string()))?;
         fs::write(dir.join("config.json"), json)
             .map_err(|e| RuntimeError::io(ctx("config.json"), e))?;
-        fs::write(dir.join(SOURCE_FILE), source.dir.as_os_str().as_encoded_bytes())
-            .map_err(|e| RuntimeError::io(ctx(SOURCE_FILE), e))?;
+        fs::write(
+            dir.join(SOURCE_FILE),
+            source.dir.as_os_str().as_encoded_bytes(),
+        )
+        .map_err(|e| RuntimeError::io(ctx(SOURCE_FILE), e))?;
         Ok(Self { dir })
     }
 
     /// The caller's bundle of the container whose effective bundle is `dir`.
     pub fn source_of(dir: &Path) -> PathBuf {
         fs::read(dir.join(SOURCE_FILE))
-            .map(|b| PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(b)))
+            .map(|b| {
+                PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(b))
+            })
             .unwrap_or_else(|_| dir.to_path_buf())
     }
 

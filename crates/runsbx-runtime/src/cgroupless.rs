@@ -40,8 +40,9 @@ pub struct Shadow(());
 
 impl Shadow {
     pub fn leave(self) -> Result<()> {
-        umount2(CGROUP_ROOT, MntFlags::MNT_DETACH)
-            .map_err(|e| RuntimeError::sys(format!("unmount the cgroup shadow on {CGROUP_ROOT}"), e))
+        umount2(CGROUP_ROOT, MntFlags::MNT_DETACH).map_err(|e| {
+            RuntimeError::sys(format!("unmount the cgroup shadow on {CGROUP_ROOT}"), e)
+        })
     }
 }
 
@@ -92,9 +93,10 @@ pub(crate) fn userns_from() -> Option<(u32, u32)> {
 /// namespace runsbx made (see [`reexec_in_own_userns`]), then the shadow.
 pub fn enter_for_create(spec: &mut Spec, cgroup_path: &Path) -> Result<Shadow> {
     if let Some((uid, gid)) = userns_from() {
-        let linux = spec.linux_mut().as_mut().ok_or_else(|| {
-            RuntimeError::invalid("config.json", "has no `linux` section")
-        })?;
+        let linux = spec
+            .linux_mut()
+            .as_mut()
+            .ok_or_else(|| RuntimeError::invalid("config.json", "has no `linux` section"))?;
         // Inside our namespace, our own uid and gid are 0.
         let uids = own_id_only("uid", linux.uid_mappings().as_deref(), uid)?;
         let gids = own_id_only("gid", linux.gid_mappings().as_deref(), gid)?;
@@ -108,13 +110,18 @@ pub fn enter_for_create(spec: &mut Spec, cgroup_path: &Path) -> Result<Shadow> {
 /// namespace is allowed, then the shadow.
 pub fn enter_for_exec(init: Pid, cgroup_path: &Path) -> Result<Shadow> {
     let ctx = |step: &str| format!("prepare exec into pid {init} without cgroups: {step}");
-    let theirs = open_ns(init, "user").map_err(|e| RuntimeError::io(ctx("open its user namespace"), e))?;
-    let ours = open_ns(Pid::this(), "user").map_err(|e| RuntimeError::io(ctx("open our user namespace"), e))?;
+    let theirs =
+        open_ns(init, "user").map_err(|e| RuntimeError::io(ctx("open its user namespace"), e))?;
+    let ours = open_ns(Pid::this(), "user")
+        .map_err(|e| RuntimeError::io(ctx("open our user namespace"), e))?;
     if !same_file(&theirs, &ours)? {
-        let parent = parent_ns(&theirs).map(fs::File::from).map_err(|e| RuntimeError::sys(ctx("NS_GET_PARENT"), e))?;
+        let parent = parent_ns(&theirs)
+            .map(fs::File::from)
+            .map_err(|e| RuntimeError::sys(ctx("NS_GET_PARENT"), e))?;
         if !same_file(&parent, &ours)? {
-            setns(&parent, CloneFlags::CLONE_NEWUSER)
-                .map_err(|e| RuntimeError::sys(ctx("join the container's parent user namespace"), e))?;
+            setns(&parent, CloneFlags::CLONE_NEWUSER).map_err(|e| {
+                RuntimeError::sys(ctx("join the container's parent user namespace"), e)
+            })?;
         }
     }
     shadow(cgroup_path)
@@ -122,13 +129,21 @@ pub fn enter_for_exec(init: Pid, cgroup_path: &Path) -> Result<Shadow> {
 
 fn shadow(cgroup_path: &Path) -> Result<Shadow> {
     let ctx = |step: &str| format!("hide cgroups for a rootless container: {step}");
-    let v1_mounts = cgroup_v1_mount_points().map_err(|e| RuntimeError::io(ctx("read mountinfo"), e))?;
+    let v1_mounts =
+        cgroup_v1_mount_points().map_err(|e| RuntimeError::io(ctx("read mountinfo"), e))?;
     let cpuset = read_trimmed("/sys/fs/cgroup/cpuset/cpuset.cpus");
     let mems = read_trimmed("/sys/fs/cgroup/cpuset/cpuset.mems");
-    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| RuntimeError::sys(ctx("unshare(CLONE_NEWNS)"), e))?;
+    unshare(CloneFlags::CLONE_NEWNS)
+        .map_err(|e| RuntimeError::sys(ctx("unshare(CLONE_NEWNS)"), e))?;
     // Nothing mounted here may propagate back to the namespace we came from.
-    mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_SLAVE, None::<&str>)
-        .map_err(|e| RuntimeError::sys(ctx("make / a slave mount"), e))?;
+    mount(
+        None::<&str>,
+        "/",
+        None::<&str>,
+        MsFlags::MS_REC | MsFlags::MS_SLAVE,
+        None::<&str>,
+    )
+    .map_err(|e| RuntimeError::sys(ctx("make / a slave mount"), e))?;
     mount(
         Some("runsbx-cgroup-shadow"),
         CGROUP_ROOT,
@@ -158,7 +173,8 @@ fn shadow(cgroup_path: &Path) -> Result<Shadow> {
         write_level(&dir).map_err(|e| RuntimeError::io(ctx(&format!("populate {dir:?}")), e))?;
         for component in &relative {
             dir.push(component);
-            write_level(&dir).map_err(|e| RuntimeError::io(ctx(&format!("populate {dir:?}")), e))?;
+            write_level(&dir)
+                .map_err(|e| RuntimeError::io(ctx(&format!("populate {dir:?}")), e))?;
         }
         fs::write(dir.join("cgroup.procs"), "")
             .map_err(|e| RuntimeError::io(ctx(&format!("populate {dir:?}")), e))?;
@@ -248,8 +264,10 @@ fn open_ns(pid: Pid, kind: &str) -> std::io::Result<fs::File> {
 fn same_file(a: &fs::File, b: &fs::File) -> Result<bool> {
     use std::os::unix::fs::MetadataExt;
     let (a, b) = (
-        a.metadata().map_err(|e| RuntimeError::io("fstat namespace", e))?,
-        b.metadata().map_err(|e| RuntimeError::io("fstat namespace", e))?,
+        a.metadata()
+            .map_err(|e| RuntimeError::io("fstat namespace", e))?,
+        b.metadata()
+            .map_err(|e| RuntimeError::io("fstat namespace", e))?,
     );
     Ok(a.dev() == b.dev() && a.ino() == b.ino())
 }

@@ -46,7 +46,9 @@ pub enum RuntimeError {
 
     // "container not running" is matched by engines for kill/exec on a
     // container that has exited; keep it in the message.
-    #[error("container `{id}` is {status}: cannot {op} (container not running or in the wrong state)")]
+    #[error(
+        "container `{id}` is {status}: cannot {op} (container not running or in the wrong state)"
+    )]
     WrongState {
         id: String,
         status: String,
@@ -60,8 +62,9 @@ pub enum RuntimeError {
     Container {
         op: &'static str,
         id: String,
+        // Boxed: libcontainer's error is large, and every Result here carries it.
         #[source]
-        source: LibcontainerError,
+        source: Box<LibcontainerError>,
     },
 
     #[error("{context}")]

@@ -7,10 +7,10 @@ use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::syscall::syscall::SyscallType;
 
 use crate::error::Result;
-use crate::{cgroupless, host};
 use crate::lifecycle::{load, op_err};
 use crate::root::StateRoot;
 use crate::supervise::SignalGuard;
+use crate::{cgroupless, host};
 
 #[derive(Debug, Clone, Default)]
 pub struct ExecOptions {
@@ -50,7 +50,9 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
         None
     } else {
         let init = crate::lifecycle::init_pid(&container)?;
-        let config = container.spec().map_err(|e| op_err("read config of", id, e))?;
+        let config = container
+            .spec()
+            .map_err(|e| op_err("read config of", id, e))?;
         Some(cgroupless::enter_for_exec(init, &config.cgroup_path)?)
     };
     let pid = ContainerBuilder::new(id.to_owned(), SyscallType::default())

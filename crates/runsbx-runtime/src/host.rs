@@ -93,7 +93,11 @@ pub fn check_rlimits(spec: &libcontainer::oci_spec::runtime::Spec) -> crate::Res
         };
         if rl.hard() > hard || rl.soft() > rl.hard() {
             return Err(crate::RuntimeError::invalid(
-                format!("process.rlimits {name} (soft {}, hard {})", rl.soft(), rl.hard()),
+                format!(
+                    "process.rlimits {name} (soft {}, hard {})",
+                    rl.soft(),
+                    rl.hard()
+                ),
                 format!(
                     "exceeds this host's hard limit {hard}, and raising it needs \
                      CAP_SYS_RESOURCE, which runsbx does not have here; lower it \

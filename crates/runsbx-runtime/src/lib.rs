@@ -19,8 +19,8 @@ mod supervise;
 pub mod update;
 
 pub use error::{exit, Result, RuntimeError};
-pub use root::StateRoot;
 pub use libcontainer::oci_spec;
+pub use root::StateRoot;
 
 /// The version of libcontainer runsbx is built on, for `--version`.
 pub const LIBCONTAINER_VERSION: &str = "0.7.0";

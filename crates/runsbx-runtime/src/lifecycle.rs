@@ -94,7 +94,9 @@ pub fn kill(root: &StateRoot, id: &str, signal: Signal, all: bool) -> Result<()>
         status,
         ContainerStatus::Created | ContainerStatus::Running | ContainerStatus::Paused
     );
-    if !alive && !(all && status == ContainerStatus::Stopped) {
+    // runc allows `kill --all` of a stopped container (to reach leftovers).
+    let stopped_all = all && status == ContainerStatus::Stopped;
+    if !(alive || stopped_all) {
         return Err(wrong_state(&container, "kill"));
     }
     if all && !host::can_manage_cgroups() {
@@ -242,7 +244,9 @@ fn build_from(
     }
     // Inside runsbx's own user namespace the creator looks like root.
     container.set_creator(host::caller_uid());
-    container.save().map_err(|e| op_err("save state of", id, e))?;
+    container
+        .save()
+        .map_err(|e| op_err("save state of", id, e))?;
     Ok(container)
 }
 
@@ -251,7 +255,9 @@ fn build_from(
 /// root; with another state root, whose ids may repeat the default root's,
 /// `/runsbx/<hash of the state root>-<id>`.
 fn default_cgroup_path(spec: &mut Spec, root: &StateRoot, id: &str) {
-    let Some(linux) = spec.linux_mut() else { return };
+    let Some(linux) = spec.linux_mut() else {
+        return;
+    };
     if linux.cgroups_path().is_some() {
         return;
     }
@@ -259,10 +265,14 @@ fn default_cgroup_path(spec: &mut Spec, root: &StateRoot, id: &str) {
         format!("/runsbx/{id}")
     } else {
         // FNV-1a: stable across runs, unlike std's hasher.
-        let hash = root.path().as_os_str().as_encoded_bytes().iter().fold(
-            0xcbf2_9ce4_8422_2325_u64,
-            |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3),
-        );
+        let hash = root
+            .path()
+            .as_os_str()
+            .as_encoded_bytes()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+            });
         format!("/runsbx/{:08x}-{id}", hash as u32)
     };
     linux.set_cgroups_path(Some(PathBuf::from(path)));
@@ -374,6 +384,6 @@ pub(crate) fn op_err(op: &'static str, id: &str, source: LibcontainerError) -> R
     RuntimeError::Container {
         op,
         id: id.to_owned(),
-        source,
+        source: Box::new(source),
     }
 }

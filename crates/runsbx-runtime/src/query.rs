@@ -87,9 +87,9 @@ pub fn pids(root: &StateRoot, id: &str) -> Result<Vec<i32>> {
     }
     let init = crate::lifecycle::init_pid(&container)?;
     let pids = if host::can_manage_cgroups() {
-        cgroup_manager(&container)?
-            .get_all_pids()
-            .map_err(|e| RuntimeError::invalid(format!("container `{id}`: list cgroup pids"), e.to_string()))?
+        cgroup_manager(&container)?.get_all_pids().map_err(|e| {
+            RuntimeError::invalid(format!("container `{id}`: list cgroup pids"), e.to_string())
+        })?
     } else {
         procs::pids_in_namespace_of(init)?
     };
@@ -122,11 +122,15 @@ pub fn stats(root: &StateRoot, id: &str) -> Result<StatsEvent> {
              (rootless, or no cgroup hierarchy)",
         ));
     }
-    let stats = cgroup_manager(&container)?
-        .stats()
-        .map_err(|e| RuntimeError::invalid(format!("container `{id}`: read cgroup stats"), e.to_string()))?;
-    let data = serde_json::to_value(&stats)
-        .map_err(|e| RuntimeError::invalid(format!("container `{id}`: encode stats"), e.to_string()))?;
+    let stats = cgroup_manager(&container)?.stats().map_err(|e| {
+        RuntimeError::invalid(
+            format!("container `{id}`: read cgroup stats"),
+            e.to_string(),
+        )
+    })?;
+    let data = serde_json::to_value(&stats).map_err(|e| {
+        RuntimeError::invalid(format!("container `{id}`: encode stats"), e.to_string())
+    })?;
     Ok(StatsEvent {
         kind: "stats",
         id: id.to_owned(),
@@ -138,7 +142,9 @@ pub(crate) fn cgroup_manager(
     container: &Container,
 ) -> Result<libcgroups::common::AnyCgroupManager> {
     let id = container.id();
-    let config = container.spec().map_err(|e| op_err("read config of", id, e))?;
+    let config = container
+        .spec()
+        .map_err(|e| op_err("read config of", id, e))?;
     create_cgroup_manager(CgroupConfig {
         cgroup_path: config.cgroup_path,
         systemd_cgroup: false,

@@ -70,7 +70,11 @@ impl StateRoot {
     /// Opens (creating if needed, mode 0700) the state root at `path`.
     pub fn open(path: &Path) -> Result<Self> {
         let ctx = || format!("state root {path:?}");
-        match fs::DirBuilder::new().recursive(true).mode(0o700).create(path) {
+        match fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(path)
+        {
             Ok(()) => {}
             Err(e) => {
                 return Err(RuntimeError::io(
@@ -98,7 +102,10 @@ impl StateRoot {
         if meta.mode() & 0o022 != 0 {
             return Err(RuntimeError::invalid(
                 ctx(),
-                format!("it is writable by others (mode {:o}); chmod go-w it", meta.mode() & 0o7777),
+                format!(
+                    "it is writable by others (mode {:o}); chmod go-w it",
+                    meta.mode() & 0o7777
+                ),
             ));
         }
         let path = fs::canonicalize(path).map_err(|e| RuntimeError::io(ctx(), e))?;

@@ -15,6 +15,7 @@ use crate::error::{Result, RuntimeError};
 /// namespace of its own.
 pub fn default_spec(rootless: bool) -> Result<Spec> {
     let mut spec = Spec::default();
+    spec.set_hostname(Some("runsbx".to_owned()));
     if !rootless {
         return Ok(spec);
     }
@@ -58,9 +59,7 @@ pub fn default_spec(rootless: bool) -> Result<Spec> {
         mounts.retain(|m| m.typ().as_deref() != Some("cgroup"));
         for m in mounts.iter_mut() {
             if let Some(options) = m.options().clone() {
-                m.set_options(Some(
-                    options.into_iter().filter(|o| o != "gid=5").collect(),
-                ));
+                m.set_options(Some(options.into_iter().filter(|o| o != "gid=5").collect()));
             }
         }
     }
@@ -77,10 +76,9 @@ pub fn write(dir: &Path, spec: &Spec) -> Result<()> {
         .create_new(true)
         .open(&path)
         .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => RuntimeError::invalid(
-                format!("{path:?}"),
-                "exists already; remove it first",
-            ),
+            std::io::ErrorKind::AlreadyExists => {
+                RuntimeError::invalid(format!("{path:?}"), "exists already; remove it first")
+            }
             _ => RuntimeError::io(format!("create {path:?}"), e),
         })?;
     file.write_all(&json)

@@ -4,10 +4,10 @@ use libcgroups::common::{CgroupManager, ControllerOpt};
 use libcontainer::oci_spec::runtime::LinuxResources;
 
 use crate::error::{Result, RuntimeError};
+use crate::host;
 use crate::lifecycle::load;
 use crate::query::cgroup_manager;
 use crate::root::StateRoot;
-use crate::host;
 
 pub fn update(root: &StateRoot, id: &str, resources: &LinuxResources) -> Result<()> {
     let _lock = root.lock(id)?;
@@ -26,5 +26,7 @@ pub fn update(root: &StateRoot, id: &str, resources: &LinuxResources) -> Result<
             oom_score_adj: None,
             freezer_state: None,
         })
-        .map_err(|e| RuntimeError::invalid(format!("update `{id}`: apply resources"), e.to_string()))
+        .map_err(|e| {
+            RuntimeError::invalid(format!("update `{id}`: apply resources"), e.to_string())
+        })
 }

@@ -49,5 +49,5 @@ pub enum Command {
     #[command(flatten)]
     Standard(liboci_cli::StandardCmd),
     #[command(flatten)]
-    Common(liboci_cli::CommonCmd),
+    Common(Box<liboci_cli::CommonCmd>),
 }

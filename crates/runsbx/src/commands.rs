@@ -34,7 +34,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
             }
             StandardCmd::Delete(a) => lifecycle::delete(&root()?, &a.container_id, a.force)?,
         },
-        Command::Common(cmd) => match cmd {
+        Command::Common(cmd) => match *cmd {
             CommonCmd::Run(a) => {
                 let opts = lifecycle::CreateOptions {
                     bundle: a.bundle,
@@ -43,7 +43,13 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
                     preserve_fds: a.preserve_fds,
                     no_pivot: a.no_pivot,
                 };
-                return Ok(lifecycle::run(&root()?, &a.container_id, &opts, a.detach, a.keep)?);
+                return Ok(lifecycle::run(
+                    &root()?,
+                    &a.container_id,
+                    &opts,
+                    a.detach,
+                    a.keep,
+                )?);
             }
             CommonCmd::Exec(a) => {
                 let opts = exec::ExecOptions {
@@ -160,7 +166,10 @@ fn ps(root: &StateRoot, id: &str, format: &str, options: &[String]) -> Result<()
             let mut out = std::io::stdout().lock();
             writeln!(out, "{header}")?;
             for line in lines {
-                let pid = line.split_whitespace().nth(pid_col).and_then(|p| p.parse().ok());
+                let pid = line
+                    .split_whitespace()
+                    .nth(pid_col)
+                    .and_then(|p| p.parse().ok());
                 if pid.is_some_and(|p: i32| pids.contains(&p)) {
                     writeln!(out, "{line}")?;
                 }
@@ -202,8 +211,11 @@ fn update_resources(a: &liboci_cli::Update) -> Result<LinuxResources> {
         }
         b = b.memory(m.build()?);
     }
-    if a.cpu_period.is_some() || a.cpu_quota.is_some() || a.cpu_share.is_some()
-        || a.cpuset_cpus.is_some() || a.cpuset_mems.is_some()
+    if a.cpu_period.is_some()
+        || a.cpu_quota.is_some()
+        || a.cpu_share.is_some()
+        || a.cpuset_cpus.is_some()
+        || a.cpuset_mems.is_some()
     {
         let mut c = LinuxCpuBuilder::default();
         if let Some(v) = a.cpu_period {

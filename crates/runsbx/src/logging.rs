@@ -20,7 +20,11 @@ use tracing_subscriber::EnvFilter;
 pub fn init(log: Option<&Path>, format: Option<&str>, debug: bool) -> Result<()> {
     // libcgroups warns about every v1 controller this host lacks, on every
     // command; those are not actionable.
-    let default = if debug { "debug" } else { "warn,libcgroups=error" };
+    let default = if debug {
+        "debug"
+    } else {
+        "warn,libcgroups=error"
+    };
     let filter = EnvFilter::try_from_env("RUNSBX_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let json = match format.unwrap_or("text") {
         "text" => false,
@@ -35,7 +39,9 @@ pub fn init(log: Option<&Path>, format: Option<&str>, debug: bool) -> Result<()>
                 .append(true)
                 .open(path)
                 .with_context(|| format!("open log file {path:?}"))?;
-            let builder = builder.with_writer(std::sync::Mutex::new(file)).with_ansi(false);
+            let builder = builder
+                .with_writer(std::sync::Mutex::new(file))
+                .with_ansi(false);
             if json {
                 builder.event_format(RuncJson).try_init()
             } else {

@@ -15,7 +15,10 @@ const CONFLICT: i32 = 5;
 
 fn assert_refused(out: &support::Out, code: i32, needle: &str) {
     assert_eq!(out.code, code, "{out:?}");
-    assert!(out.stderr.contains(needle), "stderr lacks {needle:?}: {out:?}");
+    assert!(
+        out.stderr.contains(needle),
+        "stderr lacks {needle:?}: {out:?}"
+    );
     assert!(out.stderr.starts_with("runsbx: error: "), "{out:?}");
 }
 
@@ -45,7 +48,8 @@ as_root_and_rootless!(invalid_ids: invalid_ids_as_root, invalid_ids_rootless);
 
 fn duplicate_id(fx: Fixture) {
     let b = fx.bundle("b", &["sleep", "1000"], |_| {});
-    fx.run(["create", "--bundle", b.to_str().unwrap(), "dup"]).ok();
+    fx.run(["create", "--bundle", b.to_str().unwrap(), "dup"])
+        .ok();
     let pid = fx.run(["state", "dup"]).ok().json()["pid"].clone();
     for cmd in ["create", "run"] {
         let out = fx.run([cmd, "--bundle", b.to_str().unwrap(), "dup"]);
@@ -71,13 +75,29 @@ fn bad_bundles(fx: Fixture) {
         dir
     };
     let good_config = fs::read_to_string(good.join("config.json")).unwrap();
-    let missing_rootfs = good_config.replace(support::rootfs().to_str().unwrap(), "/nonexistent/rootfs");
+    let missing_rootfs =
+        good_config.replace(support::rootfs().to_str().unwrap(), "/nonexistent/rootfs");
     let cases = [
         (make("noconfig", None), "config.json is missing"),
-        (make("malformed", Some("{\"ociVersion\": \"1.0.2\", \"process\": ")), "config.json is not a valid OCI runtime spec"),
-        (make("notjson", Some("hello")), "config.json is not a valid OCI runtime spec"),
-        (make("norootfs", Some(&missing_rootfs)), "/nonexistent/rootfs"),
-        (fx.dir.path().join("no-such-bundle"), "pass an existing directory"),
+        (
+            make(
+                "malformed",
+                Some("{\"ociVersion\": \"1.0.2\", \"process\": "),
+            ),
+            "config.json is not a valid OCI runtime spec",
+        ),
+        (
+            make("notjson", Some("hello")),
+            "config.json is not a valid OCI runtime spec",
+        ),
+        (
+            make("norootfs", Some(&missing_rootfs)),
+            "/nonexistent/rootfs",
+        ),
+        (
+            fx.dir.path().join("no-such-bundle"),
+            "pass an existing directory",
+        ),
     ];
     for (dir, needle) in &cases {
         for cmd in ["create", "run"] {
@@ -116,7 +136,8 @@ as_root_and_rootless!(unknown_container: unknown_container_as_root, unknown_cont
 
 fn bad_signal(fx: Fixture) {
     let b = fx.bundle("b", &["sleep", "1000"], |_| {});
-    fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"]).ok();
+    fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"])
+        .ok();
     for sig in ["NOPE", "0", "999"] {
         let out = fx.run(["kill", "c1", sig]);
         assert_refused(&out, INVALID_INPUT, "not a signal");
@@ -132,20 +153,33 @@ fn setup_failure_has_its_cause(fx: Fixture) {
     let b = fx.bundle("nobin", &["/no/such/program"], |_| {});
     let out = fx.run(["run", "--bundle", b.to_str().unwrap(), "c1"]);
     assert_ne!(out.code, 0, "{out:?}");
-    assert!(out.stderr.contains("/no/such/program"), "cause missing: {out:?}");
+    assert!(
+        out.stderr.contains("/no/such/program"),
+        "cause missing: {out:?}"
+    );
     fx.assert_clean();
 
-    let b = fx.bundle("relcwd", &["true"], |c| c["process"]["cwd"] = "relative/cwd".into());
+    let b = fx.bundle("relcwd", &["true"], |c| {
+        c["process"]["cwd"] = "relative/cwd".into()
+    });
     let out = fx.run(["create", "--bundle", b.to_str().unwrap(), "c2"]);
-    assert_refused(&out, INVALID_INPUT, "process.cwd \"relative/cwd\" is not an absolute path");
+    assert_refused(
+        &out,
+        INVALID_INPUT,
+        "process.cwd \"relative/cwd\" is not an absolute path",
+    );
     fx.assert_clean();
 
-    let b = fx.bundle("nocwd", &["true"], |c| c["process"]["cwd"] = "/no/such/cwd".into());
+    let b = fx.bundle("nocwd", &["true"], |c| {
+        c["process"]["cwd"] = "/no/such/cwd".into()
+    });
     let out = fx.run(["create", "--bundle", b.to_str().unwrap(), "c2"]);
     assert_ne!(out.code, 0, "{out:?}");
-    assert!(out.stderr.contains("chdir") && out.stderr.contains("ENOENT"), "cause missing: {out:?}");
+    assert!(
+        out.stderr.contains("chdir") && out.stderr.contains("ENOENT"),
+        "cause missing: {out:?}"
+    );
     fx.assert_clean();
-
 }
 as_root_and_rootless!(setup_failure_has_its_cause: setup_failure_as_root, setup_failure_rootless);
 

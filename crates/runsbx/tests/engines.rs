@@ -76,7 +76,14 @@ impl<'a> Podman<'a> {
             .arg(d.join("storage"))
             .arg("--runroot")
             .arg(d.join("runroot"))
-            .args(["--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--events-backend", "file"])
+            .args([
+                "--storage-driver",
+                "vfs",
+                "--cgroup-manager",
+                "cgroupfs",
+                "--events-backend",
+                "file",
+            ])
             .arg("--tmpdir")
             .arg(d.join("podman-tmp"))
             .args(args)
@@ -99,7 +106,12 @@ impl Drop for Podman<'_> {
     fn drop(&mut self) {
         let _ = self.run(&["rm", "--all", "--force"]);
         // Rootless storage holds files owned by subordinate ids.
-        let _ = self.run(&["unshare", "rm", "-rf", self.fx.dir.path().join("storage").to_str().unwrap()]);
+        let _ = self.run(&[
+            "unshare",
+            "rm",
+            "-rf",
+            self.fx.dir.path().join("storage").to_str().unwrap(),
+        ]);
     }
 }
 
@@ -109,7 +121,13 @@ fn podman_runs_runsbx(fx: Fixture) {
     }
     let podman = Podman::new(&fx);
     let tar = rootfs_tar(fx.dir.path());
-    podman.run(&["import", tar.to_str().unwrap(), "localhost/runsbx-busybox:test"]).ok();
+    podman
+        .run(&[
+            "import",
+            tar.to_str().unwrap(),
+            "localhost/runsbx-busybox:test",
+        ])
+        .ok();
     let log = fx.dir.path().join("runsbx.log");
     if let Who::User(u) = &fx.who {
         fs::write(&log, "").unwrap();
@@ -118,19 +136,40 @@ fn podman_runs_runsbx(fx: Fixture) {
     let bin = support::bin();
     let runtime_log = format!("log={}", log.display());
     let out = podman.run(&[
-        "--runtime", bin.to_str().unwrap(),
-        "--runtime-flag", "debug", "--runtime-flag", &runtime_log,
-        "run", "--rm", "--network", "none", "localhost/runsbx-busybox:test", "echo", "hi",
+        "--runtime",
+        bin.to_str().unwrap(),
+        "--runtime-flag",
+        "debug",
+        "--runtime-flag",
+        &runtime_log,
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "localhost/runsbx-busybox:test",
+        "echo",
+        "hi",
     ]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.stdout, "hi\n");
     // runsbx's own log proves it was the runtime podman called.
     let text = fs::read_to_string(&log).unwrap();
-    assert!(text.contains("container directory will be"), "runsbx log: {text}");
+    assert!(
+        text.contains("container directory will be"),
+        "runsbx log: {text}"
+    );
 
     let out = podman.run(&[
-        "--runtime", bin.to_str().unwrap(),
-        "run", "--rm", "--network", "none", "localhost/runsbx-busybox:test", "sh", "-c", "exit 7",
+        "--runtime",
+        bin.to_str().unwrap(),
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "localhost/runsbx-busybox:test",
+        "sh",
+        "-c",
+        "exit 7",
     ]);
     assert_eq!(out.code, 7, "{out:?}");
 }
@@ -176,7 +215,11 @@ impl Containerd {
             namespace: format!("runsbx-test-{}", std::process::id()),
         };
         while ctd.ctr(&["version"]).code != 0 {
-            assert!(Instant::now() < deadline, "containerd did not come up: {}", fs::read_to_string(dir.join("containerd.log")).unwrap());
+            assert!(
+                Instant::now() < deadline,
+                "containerd did not come up: {}",
+                fs::read_to_string(dir.join("containerd.log")).unwrap()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         ctd
@@ -184,7 +227,11 @@ impl Containerd {
 
     fn ctr(&self, args: &[&str]) -> Out {
         let mut cmd = Command::new("ctr");
-        cmd.arg("--address").arg(&self.socket).arg("--namespace").arg(&self.namespace).args(args);
+        cmd.arg("--address")
+            .arg(&self.socket)
+            .arg("--namespace")
+            .arg(&self.namespace)
+            .args(args);
         output_via_files(&mut cmd)
     }
 }
@@ -210,27 +257,55 @@ fn containerd_runs_runsbx() {
     // An image archive to import: podman's docker-archive of the rootfs.
     let podman = Podman::new(&fx);
     let tar = rootfs_tar(fx.dir.path());
-    podman.run(&["import", tar.to_str().unwrap(), "localhost/runsbx-busybox:test"]).ok();
+    podman
+        .run(&[
+            "import",
+            tar.to_str().unwrap(),
+            "localhost/runsbx-busybox:test",
+        ])
+        .ok();
     let archive = fx.dir.path().join("image.tar");
     podman
-        .run(&["save", "--format", "docker-archive", "-o", archive.to_str().unwrap(), "localhost/runsbx-busybox:test"])
+        .run(&[
+            "save",
+            "--format",
+            "docker-archive",
+            "-o",
+            archive.to_str().unwrap(),
+            "localhost/runsbx-busybox:test",
+        ])
         .ok();
 
     let ctd = Containerd::start(fx.dir.path());
-    ctd.ctr(&["images", "import", archive.to_str().unwrap()]).ok();
+    ctd.ctr(&["images", "import", archive.to_str().unwrap()])
+        .ok();
     let bin = support::bin();
     let out = ctd.ctr(&[
-        "run", "--rm", "--runc-binary", bin.to_str().unwrap(),
-        "localhost/runsbx-busybox:test", "t1",
-        "sh", "-c", "echo hi; ip link show lo; exit 7",
+        "run",
+        "--rm",
+        "--runc-binary",
+        bin.to_str().unwrap(),
+        "localhost/runsbx-busybox:test",
+        "t1",
+        "sh",
+        "-c",
+        "echo hi; ip link show lo; exit 7",
     ]);
     assert_eq!(out.code, 7, "{out:?}");
     assert!(out.stdout.starts_with("hi\n"), "{out:?}");
     assert!(out.stdout.contains("<LOOPBACK,UP"), "{out:?}");
 
     let out = ctd.ctr(&[
-        "run", "--rm", "--runc-binary", bin.to_str().unwrap(), "--seccomp",
-        "localhost/runsbx-busybox:test", "t2", "grep", "^Seccomp:", "/proc/self/status",
+        "run",
+        "--rm",
+        "--runc-binary",
+        bin.to_str().unwrap(),
+        "--seccomp",
+        "localhost/runsbx-busybox:test",
+        "t2",
+        "grep",
+        "^Seccomp:",
+        "/proc/self/status",
     ]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.stdout, "Seccomp:\t2\n");
@@ -241,9 +316,17 @@ fn containerd_runs_runsbx() {
     // The shim's --root for this namespace holds runsbx's own bookkeeping
     // directory (runc has none): runsbx was the runtime called.
     let root = PathBuf::from("/run/containerd/runc").join(&ctd.namespace);
-    assert!(root.join("@locks").is_dir(), "runsbx did not run: no {root:?}/@locks");
+    assert!(
+        root.join("@locks").is_dir(),
+        "runsbx did not run: no {root:?}/@locks"
+    );
     let left: Vec<_> = fs::read_dir(&root)
-        .map(|d| d.flatten().map(|e| e.file_name()).filter(|n| !n.to_string_lossy().starts_with('@')).collect())
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name())
+                .filter(|n| !n.to_string_lossy().starts_with('@'))
+                .collect()
+        })
         .unwrap_or_default();
     assert!(left.is_empty(), "runsbx state left in {root:?}: {left:?}");
     let _ = fs::remove_dir_all(&root);

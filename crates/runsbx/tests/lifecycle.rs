@@ -92,7 +92,10 @@ fn loopback_up_and_seccomp_applied(fx: Fixture) {
     let out = fx.run(["run", "--bundle", b.to_str().unwrap(), "c1"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("<LOOPBACK,UP"), "lo is not up: {out:?}");
-    assert!(out.stdout.contains("Seccomp:\t2"), "seccomp not applied: {out:?}");
+    assert!(
+        out.stdout.contains("Seccomp:\t2"),
+        "seccomp not applied: {out:?}"
+    );
     assert!(out.stdout.contains("Operation not permitted"), "{out:?}");
     assert!(out.stdout.contains("mkdir=1"), "{out:?}");
     assert!(out.stdout.contains("loopback-connect=ok"), "{out:?}");
@@ -102,13 +105,21 @@ as_root_and_rootless!(loopback_up_and_seccomp_applied: lo_and_seccomp_as_root, l
 
 /// create → state → start → list → ps → exec → kill → delete.
 fn full_lifecycle(fx: Fixture) {
-    let b = fx.bundle("b", &["sh", "-c", "trap 'exit 3' TERM; sleep 1000 & wait"], |_| {});
+    let b = fx.bundle(
+        "b",
+        &["sh", "-c", "trap 'exit 3' TERM; sleep 1000 & wait"],
+        |_| {},
+    );
     let pid_file = fx.dir.path().join("pid");
     let mut create = fx.cmd(["create", "--bundle", b.to_str().unwrap()]);
     create.arg("--pid-file").arg(&pid_file).arg("c1");
     let out = support::output_via_files(&mut create).ok();
     assert_eq!(out.stdout, "");
-    let pid: i64 = fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    let pid: i64 = fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
 
     let state = fx.run(["state", "c1"]).ok().json();
     assert_eq!(state["status"], "created");
@@ -124,7 +135,12 @@ fn full_lifecycle(fx: Fixture) {
     assert_eq!(again.code, 5, "second start: {again:?}");
 
     let list = fx.run(["list", "--format", "json"]).ok().json();
-    let ids: Vec<&str> = list.as_array().unwrap().iter().map(|s| s["id"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["c1"]);
     let table = fx.run(["list"]).ok();
     assert!(table.stdout.starts_with("ID\tPID\tSTATUS"), "{table:?}");
@@ -133,13 +149,28 @@ fn full_lifecycle(fx: Fixture) {
 
     // Two processes: sh and its sleep.
     let pids = fx.run(["ps", "--format", "json", "c1"]).ok().json();
-    let pids: Vec<i64> = pids.as_array().unwrap().iter().map(|p| p.as_i64().unwrap()).collect();
+    let pids: Vec<i64> = pids
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_i64().unwrap())
+        .collect();
     assert!(pids.contains(&pid), "{pids:?}");
     assert_eq!(pids.len(), 2, "{pids:?}");
     let ps = fx.run(["ps", "c1"]).ok();
     assert!(ps.stdout.contains("sleep 1000"), "{ps:?}");
 
-    let exec = fx.run(["exec", "--env", "GREETING=hello", "--cwd", "/tmp", "c1", "sh", "-c", "echo $GREETING from $(pwd); exit 4"]);
+    let exec = fx.run([
+        "exec",
+        "--env",
+        "GREETING=hello",
+        "--cwd",
+        "/tmp",
+        "c1",
+        "sh",
+        "-c",
+        "echo $GREETING from $(pwd); exit 4",
+    ]);
     assert_eq!(exec.code, 4, "{exec:?}");
     assert_eq!(exec.stdout, "hello from /tmp\n");
 
@@ -153,11 +184,26 @@ fn full_lifecycle(fx: Fixture) {
     assert_eq!(exec.stdout, "0\nyes\n");
 
     let exec_pid = fx.dir.path().join("exec.pid");
-    let exec = fx.run(["exec", "--detach", "--pid-file", exec_pid.to_str().unwrap(), "c1", "sleep", "1000"]);
+    let exec = fx.run([
+        "exec",
+        "--detach",
+        "--pid-file",
+        exec_pid.to_str().unwrap(),
+        "c1",
+        "sleep",
+        "1000",
+    ]);
     assert_eq!(exec.code, 0, "{exec:?}");
-    let detached: i64 = fs::read_to_string(&exec_pid).unwrap().trim().parse().unwrap();
+    let detached: i64 = fs::read_to_string(&exec_pid)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
     let pids = fx.run(["ps", "--format", "json", "c1"]).ok().json();
-    assert!(pids.as_array().unwrap().contains(&Value::from(detached)), "{pids:?}");
+    assert!(
+        pids.as_array().unwrap().contains(&Value::from(detached)),
+        "{pids:?}"
+    );
 
     fx.run(["kill", "c1", "TERM"]).ok();
     fx.wait_status("c1", "stopped");
@@ -176,8 +222,13 @@ as_root_and_rootless!(full_lifecycle: lifecycle_as_root, lifecycle_rootless);
 
 fn kill_all_reaches_every_process(fx: Fixture) {
     // Children that ignore TERM in the parent's trap but not in themselves.
-    let b = fx.bundle("b", &["sh", "-c", "trap '' TERM; sleep 1000 & sleep 1000 & wait"], |_| {});
-    fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"]).ok();
+    let b = fx.bundle(
+        "b",
+        &["sh", "-c", "trap '' TERM; sleep 1000 & sleep 1000 & wait"],
+        |_| {},
+    );
+    fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"])
+        .ok();
     fx.wait_status("c1", "running");
     let before = fx.run(["ps", "--format", "json", "c1"]).ok().json();
     assert_eq!(before.as_array().unwrap().len(), 3, "{before:?}");
@@ -190,10 +241,14 @@ as_root_and_rootless!(kill_all_reaches_every_process: kill_all_as_root, kill_all
 
 fn delete_force_stops_a_running_container(fx: Fixture) {
     let b = fx.bundle("b", &["sleep", "1000"], |_| {});
-    fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"]).ok();
+    fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"])
+        .ok();
     fx.wait_status("c1", "running");
     let refused = fx.run(["delete", "c1"]);
-    assert_eq!(refused.code, 5, "delete of a running container: {refused:?}");
+    assert_eq!(
+        refused.code, 5,
+        "delete of a running container: {refused:?}"
+    );
     fx.run(["delete", "--force", "c1"]).ok();
     fx.assert_clean();
 }
@@ -203,10 +258,16 @@ as_root_and_rootless!(delete_force_stops_a_running_container: delete_force_as_ro
 /// applied as root; rootless on this cgroup v1 host, refused with exit 6.
 fn cgroup_commands(fx: Fixture) {
     let b = fx.bundle("b", &["sleep", "1000"], |_| {});
-    fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"]).ok();
+    fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"])
+        .ok();
     fx.wait_status("c1", "running");
     if fx.rootless() {
-        for args in [&["pause", "c1"][..], &["resume", "c1"], &["events", "--stats", "c1"], &["update", "--pids-limit", "9", "c1"]] {
+        for args in [
+            &["pause", "c1"][..],
+            &["resume", "c1"],
+            &["events", "--stats", "c1"],
+            &["update", "--pids-limit", "9", "c1"],
+        ] {
             let out = fx.run(args);
             assert_eq!(out.code, 6, "{args:?}: {out:?}");
             assert!(out.stderr.contains("cgroup"), "{args:?}: {out:?}");
@@ -220,17 +281,27 @@ fn cgroup_commands(fx: Fixture) {
         assert_eq!(stats["type"], "stats");
         assert_eq!(stats["id"], "c1");
         assert!(stats["data"]["pids"].is_object(), "{stats}");
-        fx.run(["update", "--pids-limit", "9", "--memory", "67108864", "c1"]).ok();
+        fx.run(["update", "--pids-limit", "9", "--memory", "67108864", "c1"])
+            .ok();
         // The container's cgroups, as its own process sees them.
         let pid = fx.run(["state", "c1"]).ok().json()["pid"].as_i64().unwrap();
         let cgroups = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
         let path_of = |controller: &str| {
-            let line = cgroups.lines().find(|l| l.split(':').nth(1) == Some(controller)).unwrap();
-            std::path::PathBuf::from(format!("/sys/fs/cgroup/{controller}{}", line.split(':').nth(2).unwrap()))
+            let line = cgroups
+                .lines()
+                .find(|l| l.split(':').nth(1) == Some(controller))
+                .unwrap();
+            std::path::PathBuf::from(format!(
+                "/sys/fs/cgroup/{controller}{}",
+                line.split(':').nth(2).unwrap()
+            ))
         };
         let pids = path_of("pids");
         assert!(pids.to_string_lossy().contains("/runsbx/"), "{pids:?}");
-        assert_eq!(fs::read_to_string(pids.join("pids.max")).unwrap().trim(), "9");
+        assert_eq!(
+            fs::read_to_string(pids.join("pids.max")).unwrap().trim(),
+            "9"
+        );
         let mem = fs::read_to_string(path_of("memory").join("memory.limit_in_bytes")).unwrap();
         assert_eq!(mem.trim(), "67108864");
         fx.run(["delete", "--force", "c1"]).ok();
@@ -245,14 +316,22 @@ fn features_spec_version(fx: Fixture) {
     let features = fx.run(["features"]).ok().json();
     assert_eq!(features["ociVersionMin"], "1.0.0");
     assert_eq!(features["linux"]["seccomp"]["enabled"], true);
-    assert!(features["linux"]["namespaces"].as_array().unwrap().contains(&Value::from("user")));
+    assert!(features["linux"]["namespaces"]
+        .as_array()
+        .unwrap()
+        .contains(&Value::from("user")));
 
     let version = fx.run(["--version"]).ok();
     assert!(version.stdout.starts_with("runsbx "), "{version:?}");
 
     let b = fx.bundle("b", &["true"], |_| {});
     let config: Value = serde_json::from_slice(&fs::read(b.join("config.json")).unwrap()).unwrap();
-    let namespaces: Vec<&str> = config["linux"]["namespaces"].as_array().unwrap().iter().map(|n| n["type"].as_str().unwrap()).collect();
+    let namespaces: Vec<&str> = config["linux"]["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["type"].as_str().unwrap())
+        .collect();
     assert!(namespaces.contains(&"network"), "{namespaces:?}");
     if let support::Who::User(u) = &fx.who {
         assert!(namespaces.contains(&"user"), "{namespaces:?}");
@@ -292,7 +371,10 @@ fn default_state_root(fx: Fixture) {
     }
     let out = runsbx(&["run", "--detach", "--bundle", b.to_str().unwrap(), &id]);
     assert_eq!(out.code, 0, "{out:?}");
-    assert!(expected.join(&id).join("state.json").exists(), "no state under {expected:?}");
+    assert!(
+        expected.join(&id).join("state.json").exists(),
+        "no state under {expected:?}"
+    );
     let out = runsbx(&["delete", "--force", &id]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(!expected.join(&id).exists());
@@ -333,12 +415,22 @@ as_root_and_rootless!(concurrent_commands_are_serialized: concurrent_as_root, co
 /// last, as containerd's shim reads them.
 fn json_log_for_engines(fx: Fixture) {
     let log = fx.dir.path().join("log.json");
-    let out = fx.run(["--log", log.to_str().unwrap(), "--log-format", "json", "start", "missing"]);
+    let out = fx.run([
+        "--log",
+        log.to_str().unwrap(),
+        "--log-format",
+        "json",
+        "start",
+        "missing",
+    ]);
     assert_eq!(out.code, 4, "{out:?}");
     let text = fs::read_to_string(&log).unwrap();
     let last: Value = serde_json::from_str(text.lines().last().unwrap()).unwrap();
     assert_eq!(last["level"], "error");
-    assert!(last["msg"].as_str().unwrap().contains("does not exist"), "{last}");
+    assert!(
+        last["msg"].as_str().unwrap().contains("does not exist"),
+        "{last}"
+    );
     assert!(last["time"].is_string());
 }
 as_root_and_rootless!(json_log_for_engines: json_log_as_root, json_log_rootless);

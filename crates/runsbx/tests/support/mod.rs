@@ -27,8 +27,34 @@ macro_rules! skip {
     }};
 }
 
+/// A directory every user can reach, for what the unprivileged test user
+/// must read or run: the checkout may sit under a private home. hack/test.sh
+/// removes these after the run.
+fn shared_dir() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = PathBuf::from(format!("/tmp/runsbx-tests/{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        for d in [Path::new("/tmp/runsbx-tests"), &dir] {
+            fs::set_permissions(d, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        dir
+    })
+}
+
+/// The runsbx under test: a copy of the built binary in the shared
+/// directory, so that the unprivileged user can run it too.
 pub fn bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_runsbx"))
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let copy = shared_dir().join("runsbx");
+        let tmp = shared_dir().join(format!("runsbx.{:?}", std::thread::current().id()));
+        fs::copy(env!("CARGO_BIN_EXE_runsbx"), &tmp).unwrap();
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::rename(&tmp, &copy).unwrap();
+        copy
+    })
+    .clone()
 }
 
 pub fn is_root() -> bool {
@@ -74,7 +100,7 @@ pub enum Who {
 pub fn rootfs() -> &'static Path {
     static ROOTFS: OnceLock<PathBuf> = OnceLock::new();
     ROOTFS.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("busybox-rootfs-{}", std::process::id()));
+        let dir = shared_dir().join("rootfs");
         let _ = fs::remove_dir_all(&dir);
         let bin = dir.join("bin");
         fs::create_dir_all(&bin).unwrap();
@@ -83,7 +109,10 @@ pub fn rootfs() -> &'static Path {
             .find(|p| Path::new(p).exists())
             .expect("busybox-static is installed (apt-get install busybox-static)");
         fs::copy(busybox, bin.join("busybox")).unwrap();
-        let list = Command::new(bin.join("busybox")).arg("--list").output().unwrap();
+        let list = Command::new(bin.join("busybox"))
+            .arg("--list")
+            .output()
+            .unwrap();
         for applet in String::from_utf8_lossy(&list.stdout).lines() {
             if applet != "busybox" {
                 let _ = symlink("busybox", bin.join(applet));
@@ -92,20 +121,12 @@ pub fn rootfs() -> &'static Path {
         for d in ["proc", "sys", "dev", "tmp", "etc", "root"] {
             fs::create_dir_all(dir.join(d)).unwrap();
         }
-        fs::write(dir.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n").unwrap();
+        fs::write(
+            dir.join("etc/passwd"),
+            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
+        )
+        .unwrap();
         fs::write(dir.join("etc/group"), "root:x:0:\nnobody:x:65534:\n").unwrap();
-        // Every ancestor must be traversable by the unprivileged user.
-        let mut p = dir.as_path();
-        while let Some(parent) = p.parent() {
-            if parent == Path::new("/") {
-                break;
-            }
-            let mode = fs::metadata(parent).unwrap().permissions().mode();
-            if mode & 0o005 != 0o005 {
-                fs::set_permissions(parent, fs::Permissions::from_mode(mode | 0o005)).unwrap();
-            }
-            p = parent;
-        }
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
         dir
     })
@@ -120,7 +141,10 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn new(who: Who) -> Self {
-        let dir = tempfile::Builder::new().prefix("runsbx-test-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("runsbx-test-")
+            .tempdir()
+            .unwrap();
         fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
         if let Who::User(u) = &who {
             nix::unistd::chown(dir.path(), Some(u.uid.into()), Some(u.gid.into())).unwrap();
@@ -148,7 +172,10 @@ impl Fixture {
     /// Makes `cmd` run as this fixture's user.
     pub fn as_who(&self, cmd: &mut Command) {
         if let Who::User(u) = &self.who {
-            cmd.uid(u.uid).gid(u.gid).env("HOME", &u.home).env_remove("XDG_RUNTIME_DIR");
+            cmd.uid(u.uid)
+                .gid(u.gid)
+                .env("HOME", &u.home)
+                .env_remove("XDG_RUNTIME_DIR");
         }
     }
 
@@ -183,7 +210,8 @@ impl Fixture {
         let mut config: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
         config["root"]["path"] = Value::from(rootfs().to_str().unwrap());
         config["process"]["terminal"] = Value::from(false);
-        config["process"]["args"] = Value::from(args.iter().map(|a| Value::from(*a)).collect::<Vec<_>>());
+        config["process"]["args"] =
+            Value::from(args.iter().map(|a| Value::from(*a)).collect::<Vec<_>>());
         edit(&mut config);
         fs::write(&path, serde_json::to_vec_pretty(&config).unwrap()).unwrap();
         dir
@@ -193,7 +221,9 @@ impl Fixture {
     /// directories, and whatever those still hold.
     pub fn leftovers(&self) -> Vec<String> {
         let mut left = Vec::new();
-        let Ok(entries) = fs::read_dir(&self.state) else { return left };
+        let Ok(entries) = fs::read_dir(&self.state) else {
+            return left;
+        };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if name.starts_with('@') {
@@ -213,7 +243,9 @@ impl Fixture {
         let needle = self.dir.path().to_string_lossy().into_owned();
         let mut found = Vec::new();
         for e in fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
             if pid == std::process::id() as i32 {
                 continue;
             }
@@ -241,8 +273,16 @@ impl Fixture {
     /// Asserts nothing of this fixture's containers is left on the host.
     pub fn assert_clean(&self) {
         assert_eq!(self.leftovers(), Vec::<String>::new(), "state left behind");
-        assert_eq!(self.stray_processes(), Vec::<String>::new(), "processes left behind");
-        assert_eq!(self.stray_mounts(), Vec::<String>::new(), "mounts left behind");
+        assert_eq!(
+            self.stray_processes(),
+            Vec::<String>::new(),
+            "processes left behind"
+        );
+        assert_eq!(
+            self.stray_mounts(),
+            Vec::<String>::new(),
+            "mounts left behind"
+        );
     }
 
     /// Waits until `state ID` reports `status`.
@@ -253,7 +293,10 @@ impl Fixture {
             if out.code == 0 && out.json()["status"] == status {
                 return;
             }
-            assert!(Instant::now() < deadline, "`{id}` never became {status}: {out:?}");
+            assert!(
+                Instant::now() < deadline,
+                "`{id}` never became {status}: {out:?}"
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -284,7 +327,10 @@ pub struct Out {
 impl Out {
     pub fn of(o: Output) -> Self {
         use std::os::unix::process::ExitStatusExt;
-        let code = o.status.code().unwrap_or_else(|| 128 + o.status.signal().unwrap_or(0));
+        let code = o
+            .status
+            .code()
+            .unwrap_or_else(|| 128 + o.status.signal().unwrap_or(0));
         Self {
             code,
             stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
@@ -321,7 +367,9 @@ pub fn output_via_files(cmd: &mut Command) -> Out {
     };
     use std::os::unix::process::ExitStatusExt;
     Out {
-        code: status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+        code: status
+            .code()
+            .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
         stdout: read(out),
         stderr: read(err),
     }
@@ -364,10 +412,16 @@ macro_rules! as_root_and_rootless {
         #[test]
         fn $rootless() {
             if !support::is_root() {
-                skip!("{}: needs root to switch to the test user", stringify!($rootless));
+                skip!(
+                    "{}: needs root to switch to the test user",
+                    stringify!($rootless)
+                );
             }
             let Some(user) = support::test_user() else {
-                skip!("{}: no test user (hack/test.sh creates `runsbx-test`)", stringify!($rootless));
+                skip!(
+                    "{}: no test user (hack/test.sh creates `runsbx-test`)",
+                    stringify!($rootless)
+                );
             };
             $body(support::Fixture::new(support::Who::User(user)));
         }

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Installs the Debian packages runsbx builds and is tested with. As root.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q
+apt-get install -y -q --no-install-recommends \
+    build-essential pkg-config libseccomp-dev \
+    busybox-static python3 procps iproute2 tar passwd \
+    podman conmon containerd runc crun \
+    uidmap slirp4netns fuse-overlayfs

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs every test: the policy and runtime unit tests, and the integration
+# tests that drive the built runsbx as root, as an unprivileged user this
+# script creates (runsbx-test), and through podman and containerd.
+#
+#   sudo hack/test.sh
+#
+# With CI=true a test that cannot run fails instead of printing SKIP.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. hack/lib.sh
+
+if [ "$(id -u)" != 0 ]; then
+    echo "test.sh: run as root: the tests switch to an unprivileged user and start containerd" >&2
+    exit 1
+fi
+export RUNSBX_TEST_USER=${RUNSBX_TEST_USER:-runsbx-test}
+ensure_test_user "$RUNSBX_TEST_USER"
+# The tests keep a copy of runsbx and a busybox rootfs, readable by the
+# unprivileged user, under /tmp/runsbx-tests.
+trap 'rm -rf /tmp/runsbx-tests' EXIT
+
+cargo build --release --workspace
+cargo test --release --workspace -- --test-threads="$(nproc)"
