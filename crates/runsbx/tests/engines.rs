@@ -172,6 +172,58 @@ fn podman_runs_runsbx(fx: Fixture) {
         "exit 7",
     ]);
     assert_eq!(out.code, 7, "{out:?}");
+
+    // A terminal (podman hands runsbx a console socket), a detached
+    // container, and exec into it with and without a terminal.
+    let rt = ["--runtime", bin.to_str().unwrap()];
+    let out = podman.run(
+        &[
+            &rt[..],
+            &[
+                "run",
+                "-t",
+                "--rm",
+                "--network",
+                "none",
+                "localhost/runsbx-busybox:test",
+                "tty",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.starts_with("/dev/pts/"), "{out:?}");
+    podman
+        .run(
+            &[
+                &rt[..],
+                &[
+                    "run",
+                    "-d",
+                    "--name",
+                    "long",
+                    "--network",
+                    "none",
+                    "localhost/runsbx-busybox:test",
+                    "sleep",
+                    "1000",
+                ],
+            ]
+            .concat(),
+        )
+        .ok();
+    let out = podman.run(
+        &[
+            &rt[..],
+            &["exec", "long", "sh", "-c", "echo in-exec; exit 3"],
+        ]
+        .concat(),
+    );
+    assert_eq!((out.code, out.stdout.as_str()), (3, "in-exec\n"), "{out:?}");
+    let out = podman.run(&[&rt[..], &["exec", "-t", "long", "tty"]].concat());
+    assert!(out.stdout.starts_with("/dev/pts/"), "{out:?}");
+    podman.run(&[&rt[..], &["kill", "long"]].concat()).ok();
+    podman.run(&[&rt[..], &["rm", "long"]].concat()).ok();
 }
 as_root_and_rootless!(podman_runs_runsbx: podman_as_root, podman_rootless);
 

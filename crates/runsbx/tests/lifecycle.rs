@@ -434,3 +434,72 @@ fn json_log_for_engines(fx: Fixture) {
     assert!(last["time"].is_string());
 }
 as_root_and_rootless!(json_log_for_engines: json_log_as_root, json_log_rootless);
+
+/// Only fds 0-2 reach the container, plus the ones `--preserve-fds` names.
+fn preserve_fds(fx: Fixture) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let file = fx.dir.path().join("passed");
+    fs::write(&file, "passed-through-fd-3\n").unwrap();
+    let b = fx.bundle(
+        "b",
+        &[
+            "sh",
+            "-c",
+            "ls /proc/self/fd | sort -n | tr '\\n' ' '; echo; cat <&3",
+        ],
+        |_| {},
+    );
+    for (preserve, want_fd3) in [("0", false), ("1", true)] {
+        let f = fs::File::open(&file).unwrap();
+        let raw = f.as_raw_fd();
+        let mut cmd = fx.cmd([
+            "run",
+            "--preserve-fds",
+            preserve,
+            "--bundle",
+            b.to_str().unwrap(),
+            "c1",
+        ]);
+        // SAFETY: dup2 is async-signal-safe; it runs in the child before exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc_dup2(raw, 3) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let out = support::output_via_files(&mut cmd);
+        let first = out.stdout.lines().next().unwrap_or_default().to_owned();
+        if want_fd3 {
+            assert_eq!(out.code, 0, "{out:?}");
+            assert!(out.stdout.contains("passed-through-fd-3"), "{out:?}");
+        } else {
+            // ls itself has one more fd open while listing (its own dirfd).
+            assert!(
+                !out.stdout.contains("passed-through-fd-3"),
+                "fd 3 leaked: {out:?}"
+            );
+            let fds: Vec<&str> = first.split_whitespace().collect();
+            assert!(
+                fds.iter().all(|fd| ["0", "1", "2", "3"].contains(fd)) && fds.len() <= 4,
+                "{out:?}"
+            );
+        }
+        drop(f);
+    }
+    fx.assert_clean();
+}
+as_root_and_rootless!(preserve_fds: preserve_fds_as_root, preserve_fds_rootless);
+
+/// dup2, and clear close-on-exec on the target even when `from == to`.
+fn libc_dup2(from: i32, to: i32) -> i32 {
+    // SAFETY: plain dup2 and fcntl on fds owned by the caller.
+    unsafe {
+        if from != to && nix::libc::dup2(from, to) < 0 {
+            return -1;
+        }
+        nix::libc::fcntl(to, nix::libc::F_SETFD, 0)
+    }
+}
