@@ -18,7 +18,15 @@ export RUNSBX_TEST_USER=${RUNSBX_TEST_USER:-runsbx-test}
 ensure_test_user "$RUNSBX_TEST_USER"
 # The tests keep a copy of runsbx and a busybox rootfs, readable by the
 # unprivileged user, under /tmp/runsbx-tests.
-trap 'rm -rf /tmp/runsbx-tests' EXIT
 
 cargo build --release --workspace
-cargo test --release --workspace -- --test-threads="$(nproc)"
+log=$(mktemp)
+trap 'rm -rf /tmp/runsbx-tests "$log"' EXIT
+set +e
+cargo test --release --workspace --lib --bins --tests -- --test-threads="$(nproc)" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line for the whole run: the sum of every test binary's.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
