@@ -1,0 +1,198 @@
+//! `runsbx.*` annotations (set by `podman --annotation` or a Kubernetes
+//! pod): they may only tighten what the operator's profile allows.
+
+use std::collections::HashMap;
+
+use crate::profile::{parse_size, Limits, OperatorConfig, Profile, Size};
+use crate::PolicyError;
+
+/// The prefix of every annotation runsbx reads.
+pub const PREFIX: &str = "runsbx.";
+/// Picks another profile, among the operator's `selectable` ones.
+pub const PROFILE: &str = "runsbx.profile";
+
+/// The limits the annotations ask for, each applied only if lower than the
+/// profile's. An unknown `runsbx.` key or a malformed value is an error:
+/// a typo must not silently leave a limit wider than its author meant.
+pub fn requested_limits(
+    annotations: Option<&HashMap<String, String>>,
+    base: Limits,
+) -> Result<Limits, PolicyError> {
+    let mut wanted = base;
+    let Some(annotations) = annotations else {
+        return Ok(wanted);
+    };
+    let mut keys: Vec<&String> = annotations
+        .keys()
+        .filter(|k| k.starts_with(PREFIX))
+        .collect();
+    keys.sort();
+    for key in keys {
+        let value = &annotations[key];
+        let bad = |reason: &str| PolicyError::Annotation {
+            key: key.clone(),
+            value: value.clone(),
+            reason: reason.to_owned(),
+        };
+        let number = || {
+            value
+                .trim()
+                .parse::<u64>()
+                .map_err(|_| bad("not a whole number"))
+        };
+        let size = || parse_size(value).map(Size).map_err(|e| bad(&e));
+        match key.as_str() {
+            PROFILE => {}
+            "runsbx.limits.memory" => wanted.memory = size()?,
+            "runsbx.limits.fsize" => wanted.fsize = size()?,
+            "runsbx.limits.nofile" => wanted.nofile = number()?,
+            "runsbx.limits.nproc" => wanted.nproc = number()?,
+            "runsbx.limits.cpu_seconds" => wanted.cpu_seconds = number()?,
+            "runsbx.limits.pids" => {
+                wanted.pids = i64::try_from(number()?).map_err(|_| bad("too large"))?
+            }
+            _ => {
+                return Err(bad(
+                    "unknown runsbx annotation (known: runsbx.profile, runsbx.limits.{memory,fsize,nofile,nproc,cpu_seconds,pids})",
+                ))
+            }
+        }
+    }
+    Ok(wanted.min(base))
+}
+
+/// The profile that applies: the operator's, or the one `runsbx.profile`
+/// names when the operator made it selectable and it is at least as strict.
+/// `load` gives the named profile.
+pub fn choose_profile(
+    annotations: Option<&HashMap<String, String>>,
+    config: &OperatorConfig,
+    operator_profile: Profile,
+    load: impl FnOnce(&str) -> Result<Profile, PolicyError>,
+) -> Result<Profile, PolicyError> {
+    let Some(name) = annotations.and_then(|a| a.get(PROFILE)) else {
+        return Ok(operator_profile);
+    };
+    if *name == operator_profile.name {
+        return Ok(operator_profile);
+    }
+    let bad = |reason: String| PolicyError::Annotation {
+        key: PROFILE.to_owned(),
+        value: name.clone(),
+        reason,
+    };
+    if !config.selectable.contains(name) {
+        return Err(bad(format!(
+            "not one of the profiles the operator made selectable ({:?})",
+            config.selectable
+        )));
+    }
+    let chosen = load(name)?;
+    if !chosen.at_least_as_strict_as(&operator_profile) {
+        return Err(bad(format!(
+            "profile `{name}` allows more than the operator's `{}`; annotations may only tighten",
+            operator_profile.name
+        )));
+    }
+    Ok(chosen)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ann(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn annotations_only_lower_limits() -> Result<(), PolicyError> {
+        let base = Limits::default();
+        let lower = requested_limits(
+            Some(&ann(&[
+                ("runsbx.limits.memory", "16M"),
+                ("runsbx.limits.pids", "8"),
+            ])),
+            base,
+        )?;
+        assert_eq!(lower.memory, Size(16 << 20));
+        assert_eq!(lower.pids, 8);
+        let higher = requested_limits(
+            Some(&ann(&[
+                ("runsbx.limits.memory", "64G"),
+                ("runsbx.limits.nofile", "999999"),
+            ])),
+            base,
+        )?;
+        assert_eq!(higher, base);
+        // Others' annotations are ignored.
+        assert_eq!(
+            requested_limits(Some(&ann(&[("io.kubernetes.pod", "x")])), base)?,
+            base
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn bad_annotations_are_errors() {
+        for (k, v) in [
+            ("runsbx.limits.memory", "lots"),
+            ("runsbx.limits.pids", "-1"),
+            ("runsbx.limit.memory", "1M"),
+        ] {
+            let r = requested_limits(Some(&ann(&[(k, v)])), Limits::default());
+            assert!(
+                matches!(r, Err(PolicyError::Annotation { .. })),
+                "{k}={v}: {r:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn profile_choice_only_tightens() -> Result<(), PolicyError> {
+        let default = Profile::builtin()?;
+        let strict = Profile {
+            name: "strict".into(),
+            limits: Limits::default().min(default.limits),
+            tmpfs: default.tmpfs.clone(),
+            ..default.clone()
+        };
+        let mut wide = default.clone();
+        wide.name = "wide".into();
+        wide.hooks = true;
+        let config = OperatorConfig {
+            selectable: vec!["strict".into(), "wide".into()],
+            ..OperatorConfig::default()
+        };
+        let load = |n: &str| -> Result<Profile, PolicyError> {
+            Ok(if n == "strict" {
+                strict.clone()
+            } else {
+                wide.clone()
+            })
+        };
+        assert_eq!(
+            choose_profile(None, &config, default.clone(), load)?.name,
+            "default"
+        );
+        let picked = choose_profile(
+            Some(&ann(&[(PROFILE, "strict")])),
+            &config,
+            default.clone(),
+            load,
+        )?;
+        assert_eq!(picked.name, "strict");
+        assert!(choose_profile(
+            Some(&ann(&[(PROFILE, "wide")])),
+            &config,
+            default.clone(),
+            load
+        )
+        .is_err());
+        assert!(choose_profile(Some(&ann(&[(PROFILE, "other")])), &config, default, load).is_err());
+        Ok(())
+    }
+}

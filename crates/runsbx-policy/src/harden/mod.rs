@@ -1,0 +1,85 @@
+//! `harden`: one module per kernel concern, applied in the order below.
+
+mod mounts;
+mod namespaces;
+mod proc;
+mod process;
+mod reject;
+mod resources;
+mod seccomp;
+mod userns;
+
+use oci_spec::runtime::Spec;
+
+pub(crate) use mounts::{is_bind as is_bind_mount, ENGINE_FILES};
+pub(crate) use namespaces::REQUIRED as REQUIRED_NAMESPACES;
+
+use crate::{Change, Hardened, HostFacts, Layer, PolicyError, Profile};
+
+/// Rewrites `spec` so that it gives the container no more than `profile`
+/// allows on this host. It never widens: running it on its own output
+/// changes nothing.
+pub fn harden(spec: Spec, profile: &Profile, host: &HostFacts) -> Result<Hardened, PolicyError> {
+    let mut cx = Cx {
+        spec,
+        profile,
+        host,
+        changes: Vec::new(),
+        attestation: Vec::new(),
+    };
+    reject::apply(&mut cx)?; // hooks, extra devices
+    namespaces::apply(&mut cx)?; // every namespace new; no joins; loopback-only network
+    userns::apply(&mut cx)?; // container root = caller (rootless) or an unprivileged range
+    mounts::apply(&mut cx)?; // read-only image, capped tmpfs, no host binds
+    proc::apply(&mut cx)?; // fresh procfs, subset=pid, masked paths
+    process::apply(&mut cx)?; // no capabilities, no_new_privs, rlimits
+    seccomp::apply(&mut cx)?; // the allowlist
+    resources::apply(&mut cx)?; // cgroup memory and pids limits
+    Ok(Hardened {
+        spec: cx.spec,
+        changes: cx.changes,
+        attestation: cx.attestation,
+    })
+}
+
+/// The state one hardening pass works on.
+pub(crate) struct Cx<'a> {
+    pub spec: Spec,
+    pub profile: &'a Profile,
+    pub host: &'a HostFacts,
+    pub changes: Vec<Change>,
+    pub attestation: Vec<Layer>,
+}
+
+impl Cx<'_> {
+    pub fn change(&mut self, field: impl Into<String>, reason: impl Into<String>) {
+        self.changes.push(Change {
+            field: field.into(),
+            reason: reason.into(),
+        });
+    }
+
+    pub fn attest(&mut self, layer: &'static str, in_force: bool, detail: impl Into<String>) {
+        self.attestation.push(Layer {
+            layer,
+            in_force,
+            detail: detail.into(),
+        });
+    }
+
+    pub fn refused(&self, what: impl Into<String>, key: impl Into<String>) -> PolicyError {
+        PolicyError::Refused {
+            what: what.into(),
+            profile: self.profile.name.clone(),
+            key: key.into(),
+        }
+    }
+
+    /// The spec's `linux` section, created when missing.
+    pub fn linux(&mut self) -> &mut oci_spec::runtime::Linux {
+        self.spec.linux_mut().get_or_insert_with(Default::default)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,205 @@
+//! Mounts: the image read-only, size-capped tmpfs for scratch space, and no
+//! host path unless the profile names its destination.
+
+use std::path::{Path, PathBuf};
+
+use oci_spec::runtime::{Mount, MountBuilder};
+
+use super::{userns, Cx};
+use crate::PolicyError;
+
+/// Files container engines bind into every container. They hold nothing
+/// secret (names, resolver, engine marker), and engines break without them;
+/// allowed read-only.
+pub(crate) const ENGINE_FILES: &[&str] = &[
+    "/etc/hosts",
+    "/etc/hostname",
+    "/etc/resolv.conf",
+    "/run/.containerenv",
+    "/dev/termination-log",
+];
+
+/// Options every allowed bind mount gets, and the ones it loses.
+const BIND_FORCED: &[&str] = &["ro", "nosuid", "nodev", "noexec"];
+const BIND_DROPPED: &[&str] = &["rw", "suid", "dev", "exec", "rbind", "shared", "rshared"];
+
+pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
+    if let Some(root) = cx.spec.root_mut() {
+        if root.readonly() != Some(true) {
+            root.set_readonly(Some(true));
+            cx.changes.push(crate::Change {
+                field: "root.readonly".to_owned(),
+                reason: "the image is read-only; write to /tmp or /workspace".to_owned(),
+            });
+        }
+    }
+    let old = cx.spec.mounts().clone().unwrap_or_default();
+    let mut kept = Vec::with_capacity(old.len() + cx.profile.tmpfs.len());
+    for m in &old {
+        if let Some(m) = keep(cx, m)? {
+            kept.push(m);
+        }
+    }
+    for (dest, size) in &cx.profile.tmpfs {
+        kept.push(tmpfs(dest, size.0)?);
+    }
+    if kept != old {
+        describe_changes(cx, &old, &kept);
+        cx.spec.set_mounts(Some(kept));
+    }
+    cx.attest("rootfs_readonly", true, "the image is mounted read-only");
+    let binds: Vec<String> = cx
+        .spec
+        .mounts()
+        .iter()
+        .flatten()
+        .filter(|m| is_bind(m))
+        .map(|m| m.destination().display().to_string())
+        .collect();
+    cx.attest(
+        "no_host_mounts",
+        binds.iter().all(|d| ENGINE_FILES.contains(&d.as_str())),
+        if binds.is_empty() {
+            "no host path is mounted".to_owned()
+        } else {
+            format!("read-only binds: {}", binds.join(", "))
+        },
+    );
+    Ok(())
+}
+
+/// The mount as it may stay, or None when it goes (or is replaced).
+fn keep(cx: &mut Cx, m: &Mount) -> Result<Option<Mount>, PolicyError> {
+    let dest = m.destination();
+    let typ = m
+        .typ()
+        .as_deref()
+        .unwrap_or(if is_bind(m) { "bind" } else { "" });
+    if is_bind(m) {
+        if cx.profile.tmpfs.contains_key(dest) {
+            return Ok(None); // replaced by the profile's own tmpfs
+        }
+        let engine_file = ENGINE_FILES.iter().any(|f| Path::new(f) == dest);
+        if !engine_file && !cx.profile.bind_mounts.iter().any(|b| b == dest) {
+            return Err(cx.refused(
+                format!(
+                    "bind mount of host path {:?} at {dest:?}",
+                    m.source().clone().unwrap_or_default()
+                ),
+                format!("bind_mounts = [{dest:?}]"),
+            ));
+        }
+        let mut m = m.clone();
+        let mut options: Vec<String> = m
+            .options()
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|o| {
+                !BIND_DROPPED.contains(&o.as_str())
+                    && !BIND_FORCED.contains(&o.as_str())
+                    && o != "bind"
+            })
+            .collect();
+        options.insert(0, "bind".to_owned());
+        options.extend(BIND_FORCED.iter().map(|o| (*o).to_owned()));
+        m.set_options(Some(options));
+        return Ok(Some(m));
+    }
+    match typ {
+        // Left to the proc module, which puts its own procfs in its place.
+        "proc" => Ok(Some(m.clone())),
+        // No /sys, and no cgroup hierarchy: host topology and knobs.
+        "sysfs" | "cgroup" | "cgroup2" => Ok(None),
+        "tmpfs" if cx.profile.tmpfs.contains_key(dest) => Ok(None),
+        "tmpfs" => {
+            let mut m = m.clone();
+            let mut options = m.options().clone().unwrap_or_default();
+            for o in ["nosuid", "nodev"] {
+                if !options.iter().any(|x| x == o) {
+                    options.push(o.to_owned());
+                }
+            }
+            options.retain(|o| o != "suid" && o != "dev");
+            if !options.iter().any(|o| o.starts_with("size=")) {
+                // /dev holds device nodes only; anything else is capped too.
+                options.push("size=64m".to_owned());
+            }
+            m.set_options(Some(options));
+            Ok(Some(m))
+        }
+        "devpts" | "mqueue" => {
+            let mut m = m.clone();
+            let gid5 = userns::gid_mapped(cx, 5);
+            let mut options: Vec<String> = m
+                .options()
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                // gid=5 (tty) cannot be set when that gid is not mapped.
+                .filter(|o| gid5 || o != "gid=5")
+                .filter(|o| o != "suid" && o != "exec")
+                .collect();
+            for o in ["nosuid", "noexec"] {
+                if !options.iter().any(|x| x == o) {
+                    options.push(o.to_owned());
+                }
+            }
+            m.set_options(Some(options));
+            Ok(Some(m))
+        }
+        other => Err(cx.refused(
+            format!("a mount of type {other:?} at {dest:?}"),
+            "nothing: runsbx mounts only tmpfs, devpts, mqueue, its own proc and allowed binds",
+        )),
+    }
+}
+
+fn tmpfs(dest: &Path, size: u64) -> Result<Mount, PolicyError> {
+    let mut options = vec!["nosuid".to_owned(), "nodev".to_owned()];
+    if dest == Path::new("/dev/shm") {
+        options.push("noexec".to_owned());
+    }
+    options.push("mode=1777".to_owned());
+    options.push(format!("size={size}"));
+    MountBuilder::default()
+        .destination(dest.to_path_buf())
+        .typ("tmpfs")
+        .source(PathBuf::from("tmpfs"))
+        .options(options)
+        .build()
+        .map_err(|e| PolicyError::Internal(e.to_string()))
+}
+
+pub(crate) fn is_bind(m: &Mount) -> bool {
+    m.typ().as_deref() == Some("bind")
+        || m.options()
+            .iter()
+            .flatten()
+            .any(|o| o == "bind" || o == "rbind")
+}
+
+fn describe_changes(cx: &mut Cx, old: &[Mount], new: &[Mount]) {
+    for m in old {
+        if !new.iter().any(|n| n.destination() == m.destination()) {
+            let typ = m.typ().clone().unwrap_or_else(|| "bind".to_owned());
+            cx.change(
+                format!("mounts[{}]", m.destination().display()),
+                format!("removed {typ} mount: not part of a sandbox"),
+            );
+        } else if !new.contains(m) {
+            cx.change(
+                format!("mounts[{}]", m.destination().display()),
+                "options tightened (read-only/nosuid/nodev/noexec where it applies, size-capped tmpfs)",
+            );
+        }
+    }
+    for n in new {
+        if !old.iter().any(|m| m.destination() == n.destination()) {
+            cx.change(
+                format!("mounts[{}]", n.destination().display()),
+                "added a size-capped tmpfs from the profile",
+            );
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! Seccomp: the allowlist from `crate::seccomp`, whatever the spec asked.
+
+use super::Cx;
+use crate::PolicyError;
+
+pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
+    if !cx.host.seccomp {
+        return Err(PolicyError::HostMissing {
+            layer: "a seccomp filter",
+            hint: "this kernel has no seccomp filter support (CONFIG_SECCOMP_FILTER); \
+                   `grep Seccomp /proc/self/status` shows it"
+                .to_owned(),
+        });
+    }
+    let allowlist = crate::seccomp::allowlist()?;
+    let linux = cx.linux();
+    if linux.seccomp().as_ref() != Some(&allowlist) {
+        let had = linux.seccomp().is_some();
+        linux.set_seccomp(Some(allowlist));
+        cx.change(
+            "linux.seccomp",
+            if had {
+                "replaced by runsbx's allowlist"
+            } else {
+                "runsbx's allowlist (default EPERM)"
+            },
+        );
+    }
+    cx.attest(
+        "seccomp_allowlist",
+        true,
+        "runsbx allowlist, default EPERM, native architecture only",
+    );
+    Ok(())
+}

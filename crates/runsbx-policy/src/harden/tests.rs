@@ -1,0 +1,402 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use oci_spec::runtime::{
+    Capability, HookBuilder, HooksBuilder, LinuxNamespaceBuilder, LinuxNamespaceType, MountBuilder,
+    Spec,
+};
+use proptest::prelude::*;
+
+use crate::{harden, verify, HostFacts, IdRange, PolicyError, Profile};
+
+fn as_root() -> HostFacts {
+    HostFacts {
+        rootless: false,
+        uid: 0,
+        gid: 0,
+        userns_uids: vec![],
+        userns_gids: vec![],
+        id_range: Some(IdRange {
+            base: 1_000_000_000,
+            size: 65_536,
+        }),
+        user_namespaces: true,
+        seccomp: true,
+        cgroups: true,
+        proc_subset: true,
+    }
+}
+
+fn rootless() -> HostFacts {
+    HostFacts {
+        rootless: true,
+        uid: 1000,
+        gid: 1000,
+        id_range: None,
+        cgroups: false,
+        ..as_root()
+    }
+}
+
+fn in_podman_userns() -> HostFacts {
+    HostFacts {
+        userns_uids: vec![(0, 1), (1, 65_536)],
+        userns_gids: vec![(1, 65_536), (0, 1)],
+        uid: 0,
+        gid: 0,
+        ..rootless()
+    }
+}
+
+fn profile() -> Profile {
+    Profile::builtin().unwrap()
+}
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+fn load(name: &str) -> Spec {
+    serde_json::from_str(&std::fs::read_to_string(golden_dir().join(name)).unwrap()).unwrap()
+}
+
+/// Compares with the checked-in expectation; RUNSBX_BLESS=1 rewrites it.
+fn assert_golden(name: &str, value: &serde_json::Value) {
+    let path = golden_dir().join(name);
+    let text = serde_json::to_string_pretty(value).unwrap() + "\n";
+    if std::env::var("RUNSBX_BLESS").as_deref() == Ok("1") {
+        std::fs::write(&path, &text).unwrap();
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(expected == text, "{name} differs from harden's output (RUNSBX_BLESS=1 cargo test -p runsbx-policy rewrites it after review):\n{text}");
+}
+
+#[test]
+fn golden_podman_and_containerd_specs() {
+    for engine in ["podman", "containerd"] {
+        for (mode, host) in [("root", as_root()), ("rootless", rootless())] {
+            let input = load(&format!("{engine}.json"));
+            let out = harden(input, &profile(), &host).unwrap();
+            verify(&out.spec, &profile()).unwrap();
+            let value = serde_json::json!({
+                "changes": out.changes,
+                "attestation": out.attestation,
+                "spec": out.spec,
+            });
+            assert_golden(&format!("{engine}.{mode}.hardened.json"), &value);
+            // Idempotent on real engine specs too.
+            let again = harden(out.spec.clone(), &profile(), &host).unwrap();
+            assert_eq!(
+                again.spec, out.spec,
+                "{engine} {mode}: second pass changed the spec"
+            );
+            assert!(
+                again.changes.is_empty(),
+                "{engine} {mode}: {:?}",
+                again.changes
+            );
+        }
+    }
+}
+
+#[test]
+fn podman_userns_maps_its_ranges_one_to_one() {
+    let out = harden(load("podman.json"), &profile(), &in_podman_userns()).unwrap();
+    let linux = out.spec.linux().as_ref().unwrap();
+    let uids = linux.uid_mappings().as_ref().unwrap();
+    assert_eq!(uids.len(), 1);
+    assert_eq!(
+        (uids[0].container_id(), uids[0].host_id(), uids[0].size()),
+        (0, 0, 65_537)
+    );
+}
+
+#[test]
+fn root_maps_an_unprivileged_range_never_host_root() {
+    let out = harden(load("containerd.json"), &profile(), &as_root()).unwrap();
+    let linux = out.spec.linux().as_ref().unwrap();
+    for m in linux
+        .uid_mappings()
+        .iter()
+        .chain(linux.gid_mappings().iter())
+        .flatten()
+    {
+        assert!(m.host_id() >= 1_000_000_000, "{m:?}");
+    }
+}
+
+#[test]
+fn host_bind_mount_is_refused_with_the_key_that_allows_it() {
+    let mut spec = load("containerd.json");
+    let mut mounts = spec.mounts().clone().unwrap();
+    mounts.push(
+        MountBuilder::default()
+            .destination("/data")
+            .typ("bind")
+            .source("/home/agent/.ssh")
+            .options(vec!["rbind".to_owned(), "rw".to_owned()])
+            .build()
+            .unwrap(),
+    );
+    spec.set_mounts(Some(mounts));
+    let err = harden(spec.clone(), &profile(), &as_root()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "bind mount of host path \"/home/agent/.ssh\" at \"/data\" is refused by profile `default` (a profile allows it with `bind_mounts = [\"/data\"]`)"
+    );
+    let mut allowing = profile();
+    allowing.bind_mounts.push(PathBuf::from("/data"));
+    let out = harden(spec, &allowing, &as_root()).unwrap();
+    let data = out
+        .spec
+        .mounts()
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|m| m.destination() == Path::new("/data"))
+        .unwrap();
+    let options = data.options().clone().unwrap();
+    for o in ["ro", "nosuid", "nodev", "noexec", "bind"] {
+        assert!(options.iter().any(|x| x == o), "{options:?}");
+    }
+    assert!(
+        !options.iter().any(|x| x == "rw" || x == "rbind"),
+        "{options:?}"
+    );
+}
+
+#[test]
+fn hooks_and_joins_are_refused() {
+    let mut spec = load("containerd.json");
+    let hook = HookBuilder::default()
+        .path("/usr/bin/evil")
+        .build()
+        .unwrap();
+    spec.set_hooks(Some(
+        HooksBuilder::default()
+            .create_runtime(vec![hook])
+            .build()
+            .unwrap(),
+    ));
+    assert!(
+        matches!(harden(spec, &profile(), &as_root()), Err(PolicyError::Refused { key, .. }) if key == "hooks = true")
+    );
+
+    let mut spec = load("containerd.json");
+    let linux = spec.linux_mut().as_mut().unwrap();
+    let mut nss = linux.namespaces().clone().unwrap();
+    nss.retain(|n| n.typ() != LinuxNamespaceType::Network);
+    nss.push(
+        LinuxNamespaceBuilder::default()
+            .typ(LinuxNamespaceType::Network)
+            .path("/proc/1/ns/net")
+            .build()
+            .unwrap(),
+    );
+    linux.set_namespaces(Some(nss));
+    assert!(
+        matches!(harden(spec, &profile(), &as_root()), Err(PolicyError::Refused { key, .. }) if key == "namespace_join = true")
+    );
+}
+
+#[test]
+fn fails_closed_when_the_host_lacks_a_layer() {
+    for host in [
+        HostFacts {
+            user_namespaces: false,
+            ..as_root()
+        },
+        HostFacts {
+            seccomp: false,
+            ..as_root()
+        },
+        HostFacts {
+            proc_subset: false,
+            ..as_root()
+        },
+    ] {
+        let r = harden(load("podman.json"), &profile(), &host);
+        assert!(matches!(r, Err(PolicyError::HostMissing { .. })), "{r:?}");
+    }
+}
+
+#[test]
+fn unmapped_process_user_is_refused() {
+    let mut spec = load("containerd.json");
+    let mut user = spec.process().as_ref().unwrap().user().clone();
+    user.set_uid(1000);
+    spec.process_mut().as_mut().unwrap().set_user(user);
+    let err = harden(spec.clone(), &profile(), &rootless()).unwrap_err();
+    assert!(err.to_string().contains("process.user.uid"), "{err}");
+    // As root the sandbox's range covers it.
+    harden(spec, &profile(), &as_root()).unwrap();
+}
+
+#[test]
+fn annotations_only_tighten() {
+    let mut spec = load("containerd.json");
+    spec.set_annotations(Some(HashMap::from([
+        ("runsbx.limits.memory".to_owned(), "32M".to_owned()),
+        ("runsbx.limits.nofile".to_owned(), "100000".to_owned()),
+    ])));
+    let out = harden(spec, &profile(), &as_root()).unwrap();
+    let memory = out
+        .spec
+        .linux()
+        .as_ref()
+        .unwrap()
+        .resources()
+        .as_ref()
+        .unwrap()
+        .memory()
+        .as_ref()
+        .unwrap()
+        .limit();
+    assert_eq!(memory, Some(32 << 20));
+    let nofile = out
+        .spec
+        .process()
+        .as_ref()
+        .unwrap()
+        .rlimits()
+        .as_ref()
+        .unwrap()
+        .iter()
+        .find(|r| r.typ() == oci_spec::runtime::PosixRlimitType::RlimitNofile)
+        .unwrap()
+        .hard();
+    assert_eq!(nofile, profile().limits.nofile);
+}
+
+const CAPS: &[Capability] = &[
+    Capability::SysAdmin,
+    Capability::NetAdmin,
+    Capability::NetRaw,
+    Capability::Chown,
+    Capability::DacOverride,
+    Capability::SysPtrace,
+    Capability::NetBindService,
+    Capability::Kill,
+];
+
+fn arb_spec() -> impl Strategy<Value = Spec> {
+    (
+        proptest::sample::subsequence(CAPS.to_vec(), 0..CAPS.len()),
+        proptest::collection::vec((0usize..4, 0usize..6), 0..6),
+        proptest::option::of(0u64..1_000_000),
+        proptest::option::of(0i64..100_000),
+        proptest::bool::ANY,
+        proptest::bool::ANY,
+    )
+        .prop_map(|(caps, mounts, nofile, mem, drop_ns, readonly)| {
+            let mut spec = load("containerd.json");
+            let process = spec.process_mut().as_mut().unwrap();
+            let mut c = process.capabilities().clone().unwrap_or_default();
+            let set: std::collections::HashSet<Capability> = caps.into_iter().collect();
+            c.set_bounding(Some(set.clone()))
+                .set_effective(Some(set.clone()))
+                .set_permitted(Some(set.clone()))
+                .set_ambient(Some(set));
+            process
+                .set_capabilities(Some(c))
+                .set_no_new_privileges(Some(false));
+            if let Some(n) = nofile {
+                process.set_rlimits(Some(vec![oci_spec::runtime::PosixRlimitBuilder::default()
+                    .typ(oci_spec::runtime::PosixRlimitType::RlimitNofile)
+                    .hard(n)
+                    .soft(n)
+                    .build()
+                    .unwrap()]));
+            }
+            let dests = [
+                "/etc/hosts",
+                "/tmp",
+                "/workspace",
+                "/data",
+                "/dev/shm",
+                "/var/run/docker.sock",
+            ];
+            let types = ["bind", "tmpfs", "sysfs", "proc"];
+            let mut ms = spec.mounts().clone().unwrap();
+            for (t, d) in mounts {
+                ms.push(
+                    MountBuilder::default()
+                        .destination(dests[d])
+                        .typ(types[t])
+                        .source("/host/src")
+                        .options(vec!["rw".to_owned()])
+                        .build()
+                        .unwrap(),
+                );
+            }
+            spec.set_mounts(Some(ms));
+            let linux = spec.linux_mut().as_mut().unwrap();
+            if let Some(m) = mem {
+                let mut r = oci_spec::runtime::LinuxResources::default();
+                let mut lm = oci_spec::runtime::LinuxMemory::default();
+                lm.set_limit(Some(m << 20));
+                r.set_memory(Some(lm));
+                linux.set_resources(Some(r));
+            }
+            if drop_ns {
+                linux.set_namespaces(Some(vec![]));
+            }
+            if let Some(root) = spec.root_mut() {
+                root.set_readonly(Some(readonly));
+            }
+            spec
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// harden never widens and is idempotent; whatever it accepts, verify accepts.
+    #[test]
+    fn never_widens_and_is_idempotent(spec in arb_spec(), root in proptest::bool::ANY) {
+        let host = if root { as_root() } else { rootless() };
+        let p = profile();
+        match harden(spec, &p, &host) {
+            Err(PolicyError::Refused { .. }) => {}
+            Err(e) => prop_assert!(false, "unexpected error {e}"),
+            Ok(out) => {
+                verify(&out.spec, &p).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let process = out.spec.process().as_ref().unwrap();
+                let caps = process.capabilities().as_ref().unwrap();
+                for set in [caps.bounding(), caps.effective(), caps.permitted(), caps.inheritable(), caps.ambient()] {
+                    prop_assert!(set.as_ref().is_none_or(|s| s.is_empty()));
+                }
+                prop_assert_eq!(process.no_new_privileges(), Some(true));
+                for r in process.rlimits().iter().flatten() {
+                    if r.typ() == oci_spec::runtime::PosixRlimitType::RlimitNofile {
+                        prop_assert!(r.hard() <= p.limits.nofile && r.soft() <= r.hard());
+                    }
+                }
+                let linux = out.spec.linux().as_ref().unwrap();
+                let mem = linux.resources().as_ref().unwrap().memory().as_ref().unwrap().limit().unwrap();
+                prop_assert!(mem as u64 <= p.limits.memory.0);
+                for typ in crate::harden::REQUIRED_NAMESPACES {
+                    prop_assert!(linux.namespaces().iter().flatten().any(|n| n.typ() == *typ && n.path().is_none()));
+                }
+                prop_assert!(linux.seccomp().is_some());
+                let again = harden(out.spec.clone(), &p, &host).unwrap();
+                prop_assert_eq!(again.spec, out.spec);
+            }
+        }
+    }
+}
+
+#[test]
+fn seccomp_json_is_current() {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bundles/seccomp/default.json");
+    let json = crate::seccomp::allowlist_json().unwrap();
+    if std::env::var("RUNSBX_BLESS").as_deref() == Ok("1") {
+        std::fs::write(&path, &json).unwrap();
+    }
+    assert!(
+        std::fs::read_to_string(&path).unwrap_or_default() == json,
+        "bundles/seccomp/default.json is stale: RUNSBX_BLESS=1 cargo test -p runsbx-policy regenerates it"
+    );
+}

@@ -1,0 +1,160 @@
+//! The user namespace's id mappings: container root is the caller when
+//! rootless, and an unprivileged host range of its own as root. Host root
+//! is never mapped.
+
+use oci_spec::runtime::{LinuxIdMapping, LinuxIdMappingBuilder};
+
+use super::Cx;
+use crate::PolicyError;
+
+pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
+    if !cx.host.user_namespaces {
+        return Err(PolicyError::HostMissing {
+            layer: "a user namespace",
+            hint: "this kernel does not let runsbx create user namespaces; check \
+                   `sysctl user.max_user_namespaces` (must be > 0) and, on Debian \
+                   kernels, `sysctl kernel.unprivileged_userns_clone` (must be 1)"
+                .to_owned(),
+        });
+    }
+    let (uids, gids, detail) = mappings(cx)?;
+    let linux = cx.linux();
+    let changed = linux.uid_mappings().as_ref() != Some(&uids)
+        || linux.gid_mappings().as_ref() != Some(&gids);
+    linux
+        .set_uid_mappings(Some(uids.clone()))
+        .set_gid_mappings(Some(gids.clone()));
+    if changed {
+        cx.change("linux.uidMappings, linux.gidMappings", detail.clone());
+    }
+    check_user_is_mapped(cx, &uids, &gids)?;
+    cx.attest("user_namespace", true, detail);
+    Ok(())
+}
+
+type Maps = (Vec<LinuxIdMapping>, Vec<LinuxIdMapping>, String);
+
+fn mappings(cx: &Cx) -> Result<Maps, PolicyError> {
+    let host = cx.host;
+    if let Some(range) = host.id_range {
+        let m = map(0, range.base, range.size)?;
+        return Ok((
+            vec![m],
+            vec![m],
+            format!(
+                "container ids 0-{} are host ids {}-{}, this sandbox's own unprivileged range",
+                range.size - 1,
+                range.base,
+                u64::from(range.base) + u64::from(range.size) - 1
+            ),
+        ));
+    }
+    if !host.rootless {
+        return Err(PolicyError::Internal(
+            "as root, the runtime must allocate an id range for the sandbox".to_owned(),
+        ));
+    }
+    if !host.userns_uids.is_empty() {
+        // Already inside a user namespace (rootless podman's): map what it
+        // maps, one to one; its root is the caller.
+        let uids = identity(&host.userns_uids)?;
+        let gids = identity(&host.userns_gids)?;
+        return Ok((
+            uids,
+            gids,
+            "container ids are those of the caller's user namespace; container root is the caller"
+                .to_owned(),
+        ));
+    }
+    Ok((
+        vec![map(0, host.uid, 1)?],
+        vec![map(0, host.gid, 1)?],
+        format!(
+            "container root is the caller (uid {}, gid {}); no other id exists",
+            host.uid, host.gid
+        ),
+    ))
+}
+
+fn map(container: u32, host: u32, size: u32) -> Result<LinuxIdMapping, PolicyError> {
+    LinuxIdMappingBuilder::default()
+        .container_id(container)
+        .host_id(host)
+        .size(size)
+        .build()
+        .map_err(|e| PolicyError::Internal(e.to_string()))
+}
+
+/// Identity mappings of the given ranges, adjacent ones merged (one line
+/// can be written without newuidmap).
+fn identity(ranges: &[(u32, u32)]) -> Result<Vec<LinuxIdMapping>, PolicyError> {
+    let mut sorted = ranges.to_vec();
+    sorted.sort();
+    let mut merged: Vec<(u32, u32)> = Vec::new();
+    for (start, count) in sorted {
+        match merged.last_mut() {
+            Some((s, c)) if *s + *c == start => *c += count,
+            _ => merged.push((start, count)),
+        }
+    }
+    merged.into_iter().map(|(s, c)| map(s, s, c)).collect()
+}
+
+fn covered(maps: &[LinuxIdMapping], id: u32) -> bool {
+    maps.iter().any(|m| {
+        id >= m.container_id() && u64::from(id) < u64::from(m.container_id()) + u64::from(m.size())
+    })
+}
+
+fn check_user_is_mapped(
+    cx: &Cx,
+    uids: &[LinuxIdMapping],
+    gids: &[LinuxIdMapping],
+) -> Result<(), PolicyError> {
+    let Some(user) = cx.spec.process().as_ref().map(|p| p.user().clone()) else {
+        return Ok(());
+    };
+    let unmapped = |what: &str, id: u32| {
+        PolicyError::Invalid {
+        field: format!("process.user.{what}"),
+        reason: format!(
+            "{id} is not mapped in this sandbox's user namespace (mapped: {}); run the process as one of those ids",
+            describe(if what == "uid" { uids } else { gids })
+        ),
+    }
+    };
+    if !covered(uids, user.uid()) {
+        return Err(unmapped("uid", user.uid()));
+    }
+    if !covered(gids, user.gid()) {
+        return Err(unmapped("gid", user.gid()));
+    }
+    for gid in user.additional_gids().iter().flatten() {
+        if !covered(gids, *gid) {
+            return Err(unmapped("additionalGids", *gid));
+        }
+    }
+    Ok(())
+}
+
+fn describe(maps: &[LinuxIdMapping]) -> String {
+    maps.iter()
+        .map(|m| {
+            format!(
+                "{}-{}",
+                m.container_id(),
+                u64::from(m.container_id()) + u64::from(m.size()) - 1
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Whether `id` (a container gid) is mapped: devpts' `gid=5` needs it.
+pub(crate) fn gid_mapped(cx: &Cx, id: u32) -> bool {
+    cx.spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.gid_mappings().as_ref())
+        .is_some_and(|m| covered(m, id))
+}

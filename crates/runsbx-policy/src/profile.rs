@@ -1,0 +1,290 @@
+//! The profile: what a sandbox may have. Every field has a strict default,
+//! so a missing field never widens anything (fail closed).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::PolicyError;
+
+/// The profile compiled into runsbx, used when no operator config names
+/// another. It is the checked-in `bundles/profiles/default.toml`.
+pub const DEFAULT_PROFILE_TOML: &str = include_str!("../../../bundles/profiles/default.toml");
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Profile {
+    pub name: String,
+    /// Capabilities a container may keep (names such as `CAP_NET_BIND_SERVICE`).
+    pub capabilities: Vec<String>,
+    /// Whether OCI hooks may run.
+    pub hooks: bool,
+    /// Whether a namespace may be joined by path.
+    pub namespace_join: bool,
+    /// Destinations at which a host bind mount is allowed (read-only).
+    pub bind_mounts: Vec<PathBuf>,
+    pub proc: ProcMode,
+    /// Destination → size cap, for each writable tmpfs.
+    pub tmpfs: BTreeMap<PathBuf, Size>,
+    pub limits: Limits,
+}
+
+impl Default for Profile {
+    fn default() -> Self {
+        Self {
+            name: "unnamed".to_owned(),
+            capabilities: Vec::new(),
+            hooks: false,
+            namespace_join: false,
+            bind_mounts: Vec::new(),
+            proc: ProcMode::Minimal,
+            tmpfs: BTreeMap::new(),
+            limits: Limits::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProcMode {
+    /// procfs with `subset=pid`: the sandbox's processes and nothing global.
+    Minimal,
+    /// All of procfs, with containerd's masked and read-only paths.
+    Full,
+}
+
+/// Limits; a missing one takes the strict default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    pub nofile: u64,
+    pub nproc: u64,
+    pub fsize: Size,
+    pub cpu_seconds: u64,
+    pub core: Size,
+    pub memory: Size,
+    pub pids: i64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            nofile: 256,
+            nproc: 128,
+            fsize: Size(64 << 20),
+            cpu_seconds: 60,
+            core: Size(0),
+            memory: Size(256 << 20),
+            pids: 64,
+        }
+    }
+}
+
+impl Limits {
+    /// Each limit the lower of the two.
+    pub fn min(self, other: Limits) -> Limits {
+        Limits {
+            nofile: self.nofile.min(other.nofile),
+            nproc: self.nproc.min(other.nproc),
+            fsize: Size(self.fsize.0.min(other.fsize.0)),
+            cpu_seconds: self.cpu_seconds.min(other.cpu_seconds),
+            core: Size(self.core.0.min(other.core.0)),
+            memory: Size(self.memory.0.min(other.memory.0)),
+            pids: self.pids.min(other.pids),
+        }
+    }
+}
+
+/// A size in bytes, written as a number or with a K, M or G suffix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "SizeRepr", into = "u64")]
+pub struct Size(pub u64);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum SizeRepr {
+    Bytes(u64),
+    Text(String),
+}
+
+impl TryFrom<SizeRepr> for Size {
+    type Error = String;
+    fn try_from(r: SizeRepr) -> Result<Self, String> {
+        match r {
+            SizeRepr::Bytes(n) => Ok(Size(n)),
+            SizeRepr::Text(t) => parse_size(&t).map(Size),
+        }
+    }
+}
+
+impl From<Size> for u64 {
+    fn from(s: Size) -> u64 {
+        s.0
+    }
+}
+
+/// Parses `512`, `64K`, `64M`, `1G` (powers of 1024).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (num, shift) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 30),
+        _ => (t, 0),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1 << shift))
+        .ok_or_else(|| format!("{text:?} is not a size (use bytes, or a number with K, M or G)"))
+}
+
+impl Profile {
+    /// Parses a profile; `origin` names it in errors.
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self, PolicyError> {
+        toml::from_str(text).map_err(|e| PolicyError::Profile {
+            origin: origin.to_owned(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// The built-in default profile.
+    pub fn builtin() -> Result<Self, PolicyError> {
+        Self::from_toml(DEFAULT_PROFILE_TOML, "built-in default profile")
+    }
+
+    /// Whether `self` allows nothing `other` does not (so an annotation may
+    /// pick it in place of `other`).
+    pub fn at_least_as_strict_as(&self, other: &Profile) -> bool {
+        let caps = self
+            .capabilities
+            .iter()
+            .all(|c| other.capabilities.contains(c));
+        let binds = self
+            .bind_mounts
+            .iter()
+            .all(|b| other.bind_mounts.contains(b));
+        let tmpfs = self
+            .tmpfs
+            .iter()
+            .all(|(dest, size)| other.tmpfs.get(dest).is_some_and(|o| size <= o));
+        let proc = self.proc == ProcMode::Minimal || other.proc == ProcMode::Full;
+        caps && binds
+            && tmpfs
+            && proc
+            && (!self.hooks || other.hooks)
+            && (!self.namespace_join || other.namespace_join)
+            && self.limits.min(other.limits) == self.limits
+    }
+}
+
+/// The operator's config (`/etc/runsbx/config.toml`): which profile applies
+/// and which ones annotations may choose among.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OperatorConfig {
+    /// The profile every container gets: a name in `profiles_dir`, or
+    /// `default` for the built-in one.
+    pub profile: String,
+    /// Where named profiles live, as `<name>.toml`.
+    pub profiles_dir: PathBuf,
+    /// Profiles a `runsbx.profile` annotation may pick (each must be at least
+    /// as strict as `profile`).
+    pub selectable: Vec<String>,
+    /// As root, each sandbox's users map to a range of `uid_range_size`
+    /// host ids from `uid_base` up, one range per live sandbox.
+    pub uid_base: u32,
+    pub uid_range_size: u32,
+    pub uid_ranges: u32,
+}
+
+impl Default for OperatorConfig {
+    fn default() -> Self {
+        Self {
+            profile: "default".to_owned(),
+            profiles_dir: PathBuf::from("/etc/runsbx/profiles"),
+            selectable: Vec::new(),
+            uid_base: 1_000_000_000,
+            uid_range_size: 65_536,
+            uid_ranges: 4_096,
+        }
+    }
+}
+
+impl OperatorConfig {
+    pub fn from_toml(text: &str, origin: &str) -> Result<Self, PolicyError> {
+        let config: Self = toml::from_str(text).map_err(|e| PolicyError::Profile {
+            origin: origin.to_owned(),
+            reason: e.to_string(),
+        })?;
+        // The ranges must stay clear of host root and fit in 32 bits.
+        let end = u64::from(config.uid_base)
+            + u64::from(config.uid_range_size) * u64::from(config.uid_ranges);
+        if config.uid_base == 0 || config.uid_range_size == 0 || end > u64::from(u32::MAX) {
+            return Err(PolicyError::Profile {
+                origin: origin.to_owned(),
+                reason: "uid_base must be > 0 and uid_base + uid_range_size * uid_ranges must fit in 32 bits".to_owned(),
+            });
+        }
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("512"), Ok(512));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("64M"), Ok(64 << 20));
+        assert_eq!(parse_size("1g"), Ok(1 << 30));
+        assert!(parse_size("lots").is_err());
+        assert!(parse_size("-1M").is_err());
+        assert!(parse_size("99999999999999G").is_err());
+    }
+
+    #[test]
+    fn builtin_profile_parses_and_is_strict() -> Result<(), PolicyError> {
+        let p = Profile::builtin()?;
+        assert_eq!(p.name, "default");
+        assert!(p.capabilities.is_empty());
+        assert!(!p.hooks && !p.namespace_join && p.bind_mounts.is_empty());
+        assert_eq!(p.proc, ProcMode::Minimal);
+        assert_eq!(p.tmpfs.get(&PathBuf::from("/tmp")), Some(&Size(64 << 20)));
+        assert_eq!(p.limits.core, Size(0));
+        Ok(())
+    }
+
+    #[test]
+    fn missing_fields_are_strict() -> Result<(), PolicyError> {
+        let p = Profile::from_toml("name = \"x\"", "test")?;
+        assert!(p.capabilities.is_empty() && !p.hooks && p.bind_mounts.is_empty());
+        assert!(p.tmpfs.is_empty());
+        assert_eq!(p.limits, Limits::default());
+        Ok(())
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let err = Profile::from_toml("name = \"x\"\nallow_everything = true", "test");
+        assert!(matches!(err, Err(PolicyError::Profile { .. })));
+    }
+
+    #[test]
+    fn strictness_order() -> Result<(), PolicyError> {
+        let default = Profile::builtin()?;
+        let offline = Profile::from_toml(
+            include_str!("../../../bundles/profiles/offline.toml"),
+            "offline",
+        )?;
+        assert!(offline.at_least_as_strict_as(&default));
+        assert!(!default.at_least_as_strict_as(&offline));
+        let mut wider = default.clone();
+        wider.capabilities.push("CAP_SYS_ADMIN".to_owned());
+        assert!(!wider.at_least_as_strict_as(&default));
+        Ok(())
+    }
+}

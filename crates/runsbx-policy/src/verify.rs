@@ -1,0 +1,102 @@
+//! `verify`: checks a hardened spec again, independently of how `harden`
+//! got there, right before launch. Each check is an invariant of the
+//! sandbox; a failure means a bug, and the container does not start.
+
+use std::path::Path;
+
+use oci_spec::runtime::Spec;
+
+use crate::harden::{is_bind_mount, ENGINE_FILES, REQUIRED_NAMESPACES};
+use crate::{PolicyError, Profile};
+
+pub fn verify(spec: &Spec, profile: &Profile) -> Result<(), PolicyError> {
+    let fail = |what: String| Err(PolicyError::Verify(what));
+    let Some(linux) = spec.linux() else {
+        return fail("no linux section".into());
+    };
+    let Some(process) = spec.process() else {
+        return fail("no process".into());
+    };
+
+    let namespaces = linux.namespaces().clone().unwrap_or_default();
+    for typ in REQUIRED_NAMESPACES {
+        match namespaces.iter().find(|ns| ns.typ() == *typ) {
+            None => return fail(format!("no {typ:?} namespace")),
+            Some(ns) if ns.path().is_some() && !profile.namespace_join => {
+                return fail(format!("{typ:?} namespace is joined by path"))
+            }
+            _ => {}
+        }
+    }
+    for map in [linux.uid_mappings(), linux.gid_mappings()] {
+        if map.as_ref().is_none_or(|m| m.is_empty()) {
+            return fail("the user namespace has no id mappings".into());
+        }
+    }
+    if process.no_new_privileges() != Some(true) {
+        return fail("no_new_privileges is not set".into());
+    }
+    let allowed: Vec<String> = profile.capabilities.clone();
+    if let Some(caps) = process.capabilities() {
+        for set in [
+            caps.bounding(),
+            caps.effective(),
+            caps.permitted(),
+            caps.inheritable(),
+            caps.ambient(),
+        ] {
+            for cap in set.iter().flatten() {
+                if !allowed.contains(&cap.to_string()) {
+                    return fail(format!("capability {cap} is not in the profile"));
+                }
+            }
+        }
+    }
+    if linux.seccomp().as_ref() != Some(&crate::seccomp::allowlist()?) {
+        return fail("the seccomp allowlist is not in place".into());
+    }
+    if spec.root().as_ref().and_then(|r| r.readonly()) != Some(true) {
+        return fail("the image is not read-only".into());
+    }
+    for m in spec.mounts().iter().flatten() {
+        let dest = m.destination();
+        if is_bind_mount(m) {
+            let allowed = ENGINE_FILES.iter().any(|f| Path::new(f) == dest)
+                || profile.bind_mounts.iter().any(|b| b == dest);
+            let ro = m.options().iter().flatten().any(|o| o == "ro");
+            if !allowed || !ro {
+                return fail(format!(
+                    "bind mount at {dest:?} is not an allowed read-only one"
+                ));
+            }
+        }
+        if matches!(m.typ().as_deref(), Some("sysfs" | "cgroup" | "cgroup2")) {
+            return fail(format!("{:?} mount at {dest:?}", m.typ()));
+        }
+    }
+    let proc_ok = spec.mounts().iter().flatten().any(|m| {
+        m.destination() == Path::new("/proc")
+            && m.typ().as_deref() == Some("proc")
+            && (profile.proc == crate::profile::ProcMode::Full
+                || m.options().iter().flatten().any(|o| o == "subset=pid"))
+    });
+    if !proc_ok {
+        return fail("/proc is not the profile's fresh procfs".into());
+    }
+    let hooks = spec.hooks().as_ref().is_some_and(|h| {
+        [
+            h.prestart(),
+            h.create_runtime(),
+            h.create_container(),
+            h.start_container(),
+            h.poststart(),
+            h.poststop(),
+        ]
+        .iter()
+        .any(|x| x.as_ref().is_some_and(|v| !v.is_empty()))
+    });
+    if hooks && !profile.hooks {
+        return fail("hooks are present".into());
+    }
+    Ok(())
+}
