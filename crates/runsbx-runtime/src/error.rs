@@ -23,6 +23,10 @@ pub mod exit {
     /// The operation needs what this host or mode cannot give (a cgroup,
     /// when rootless on cgroup v1).
     pub const UNSUPPORTED: i32 = 6;
+    /// The sandbox policy refuses what the spec asks for (a host bind
+    /// mount, a hook, joining a namespace): the message names the profile
+    /// key that would allow it.
+    pub const REFUSED: i32 = 7;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +96,7 @@ impl RuntimeError {
             Self::NotFound { .. } => exit::NOT_FOUND,
             Self::Exists { .. } | Self::WrongState { .. } => exit::CONFLICT,
             Self::Unsupported { .. } => exit::UNSUPPORTED,
+
             Self::Container { .. } | Self::Io { .. } | Self::Sys { .. } => exit::FAILURE,
         }
     }

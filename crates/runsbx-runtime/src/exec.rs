@@ -7,6 +7,7 @@ use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::syscall::syscall::SyscallType;
 
 use crate::error::Result;
+use crate::exec_guard::ExecGuard;
 use crate::lifecycle::{load, op_err};
 use crate::root::StateRoot;
 use crate::supervise::SignalGuard;
@@ -55,7 +56,12 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
             .map_err(|e| op_err("read config of", id, e))?;
         Some(cgroupless::enter_for_exec(init, &config.cgroup_path)?)
     };
+    // The container's seccomp filter and rlimits, which libcontainer's exec
+    // would not apply (see exec_guard.rs).
+    let effective = crate::bundle::load(container.bundle())?;
+    let guard = ExecGuard::for_container(&effective.spec);
     let pid = ContainerBuilder::new(id.to_owned(), SyscallType::default())
+        .with_executor(guard)
         .with_root_path(root.path())
         .and_then(|b| b.with_pid_file(opts.pid_file.as_ref()))
         .and_then(|b| {

@@ -111,7 +111,7 @@ pub fn check_rlimits(spec: &libcontainer::oci_spec::runtime::Spec) -> crate::Res
     Ok(())
 }
 
-fn rlimit_resource(name: &str) -> Option<nix::sys::resource::Resource> {
+pub(crate) fn rlimit_resource(name: &str) -> Option<nix::sys::resource::Resource> {
     use nix::sys::resource::Resource::*;
     Some(match name {
         "RLIMIT_AS" => RLIMIT_AS,

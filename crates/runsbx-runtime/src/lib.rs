@@ -6,6 +6,7 @@ pub mod bundle;
 mod cgroupless;
 pub mod error;
 pub mod exec;
+mod exec_guard;
 pub mod features;
 pub mod host;
 pub mod lifecycle;

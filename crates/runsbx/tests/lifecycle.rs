@@ -503,3 +503,33 @@ fn libc_dup2(from: i32, to: i32) -> i32 {
         nix::libc::fcntl(to, nix::libc::F_SETFD, 0)
     }
 }
+
+/// A process exec'd into a container gets the container's seccomp filter
+/// and rlimits (libcontainer 0.7's exec alone applies neither).
+fn exec_gets_seccomp_and_rlimits(fx: Fixture) {
+    let b = fx.bundle("b", &["sleep", "1000"], |c| {
+        c["linux"]["seccomp"] = json!({
+            "defaultAction": "SCMP_ACT_ALLOW",
+            "architectures": ["SCMP_ARCH_X86_64"],
+            "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]
+        });
+        c["process"]["rlimits"] = json!([{"type": "RLIMIT_NOFILE", "hard": 77, "soft": 77}]);
+        c["mounts"].as_array_mut().unwrap().push(json!({
+            "destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev"]
+        }));
+    });
+    fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"])
+        .ok();
+    let out = fx.run([
+        "exec",
+        "c1",
+        "sh",
+        "-c",
+        "grep '^Seccomp:' /proc/self/status; ulimit -n; mkdir /tmp/x; echo mkdir=$?",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout, "Seccomp:\t2\n77\nmkdir=1\n", "{out:?}");
+    fx.run(["delete", "--force", "c1"]).ok();
+    fx.assert_clean();
+}
+as_root_and_rootless!(exec_gets_seccomp_and_rlimits: exec_seccomp_as_root, exec_seccomp_rootless);

@@ -188,9 +188,16 @@ fn describe_changes(cx: &mut Cx, old: &[Mount], new: &[Mount]) {
                 format!("removed {typ} mount: not part of a sandbox"),
             );
         } else if !new.contains(m) {
+            let replaced = new
+                .iter()
+                .any(|n| n.destination() == m.destination() && n.typ() != m.typ());
             cx.change(
                 format!("mounts[{}]", m.destination().display()),
-                "options tightened (read-only/nosuid/nodev/noexec where it applies, size-capped tmpfs)",
+                if replaced {
+                    "replaced by a size-capped tmpfs from the profile"
+                } else {
+                    "options tightened (read-only/nosuid/nodev/noexec where it applies, size-capped tmpfs)"
+                },
             );
         }
     }
