@@ -23,7 +23,7 @@ cargo build --release --workspace
 log=$(mktemp)
 trap 'rm -rf /tmp/runsbx-tests "$log"' EXIT
 set +e
-cargo test --release --workspace --lib --bins --tests -- --test-threads="$(nproc)" 2>&1 | tee "$log"
+cargo test --release --workspace --no-fail-fast --lib --bins --tests -- --test-threads="$(nproc)" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 # One closing line for the whole run: the sum of every test binary's.

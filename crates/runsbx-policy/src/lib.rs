@@ -15,7 +15,7 @@ pub mod verify;
 
 use serde::Serialize;
 
-pub use harden::harden;
+pub use harden::{harden, harden_exec};
 pub use profile::{OperatorConfig, Profile};
 pub use verify::verify;
 
@@ -28,10 +28,6 @@ pub struct HostFacts {
     /// The ids runsbx runs as, in its current user namespace.
     pub uid: u32,
     pub gid: u32,
-    /// Inside a user namespace: the id ranges mapped into it, as
-    /// (first id inside, count). Empty in the initial namespace.
-    pub userns_uids: Vec<(u32, u32)>,
-    pub userns_gids: Vec<(u32, u32)>,
     /// As real root: the host id range allocated to this sandbox.
     pub id_range: Option<IdRange>,
     /// The kernel lets runsbx create user namespaces.

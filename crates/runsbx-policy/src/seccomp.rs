@@ -94,7 +94,6 @@ pub const ALLOWED: &[(&str, &[&str])] = &[
 /// allowed path instead of failing.
 pub const ENOSYS: &[(&str, &[&str])] = &[
     ("clone3 passes its flags through memory seccomp cannot read; glibc falls back to clone, whose flags are checked", &["clone3"]),
-    ("io_uring bypasses seccomp for the operations it performs; libraries fall back to plain syscalls", &["io_uring_setup", "io_uring_enter", "io_uring_register"]),
 ];
 
 /// Namespace-creating flags `clone` may not carry: a new user namespace

@@ -87,54 +87,95 @@ pub struct Effective {
 
 /// The file in the effective bundle that names the caller's bundle.
 const SOURCE_FILE: &str = "source-bundle";
+/// The hardening report: what was changed and which layers are in force.
+const REPORT_FILE: &str = "hardening.json";
+/// The id-range slot held, as root.
+const SLOT_FILE: &str = "id-slot";
+
+/// The bundle's spec with every path made absolute: the rootfs, and bind
+/// sources given relative to the bundle (as the runtime spec allows).
+pub fn absolutize(source: &Bundle) -> Spec {
+    let mut spec = source.spec.clone();
+    if let Some(r) = spec.root_mut() {
+        r.set_path(source.rootfs.clone());
+    }
+    if let Some(mounts) = spec.mounts_mut() {
+        for m in mounts.iter_mut() {
+            let is_bind = m.typ().as_deref() == Some("bind")
+                || m.options()
+                    .as_ref()
+                    .is_some_and(|o| o.iter().any(|o| o == "bind" || o == "rbind"));
+            if let Some(src) = m.source().clone() {
+                if is_bind && src.is_relative() {
+                    m.set_source(Some(source.dir.join(src)));
+                }
+            }
+        }
+    }
+    spec
+}
 
 impl Effective {
     pub fn path(root: &crate::root::StateRoot, id: &str) -> PathBuf {
         root.path().join("@bundles").join(id)
     }
 
-    /// Writes `spec` as the effective bundle of container `id`.
+    /// Writes `spec` as the effective bundle of container `id`, with the
+    /// hardening report and the id-range slot it holds (as root).
     pub fn write(
         root: &crate::root::StateRoot,
         id: &str,
-        source: &Bundle,
-        mut spec: Spec,
+        source_dir: &Path,
+        spec: &Spec,
+        report: &serde_json::Value,
     ) -> Result<Self> {
         use std::os::unix::fs::DirBuilderExt;
         let dir = Self::path(root, id);
         let ctx = |what: &str| format!("write the effective bundle {dir:?}: {what}");
-        if let Some(r) = spec.root_mut() {
-            r.set_path(source.rootfs.clone());
-        }
-        if let Some(mounts) = spec.mounts_mut() {
-            for m in mounts.iter_mut() {
-                let is_bind = m.typ().as_deref() == Some("bind")
-                    || m.options()
-                        .as_ref()
-                        .is_some_and(|o| o.iter().any(|o| o == "bind" || o == "rbind"));
-                if let Some(src) = m.source().clone() {
-                    if is_bind && src.is_relative() {
-                        m.set_source(Some(source.dir.join(src)));
-                    }
-                }
-            }
-        }
-        let _ = fs::remove_dir_all(&dir);
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&dir)
             .map_err(|e| RuntimeError::io(ctx("create"), e))?;
-        let json = serde_json::to_vec(&spec)
+        let json = serde_json::to_vec(spec)
             .map_err(|e| RuntimeError::invalid(ctx("encode"), e.to_string()))?;
         fs::write(dir.join("config.json"), json)
             .map_err(|e| RuntimeError::io(ctx("config.json"), e))?;
+        fs::write(dir.join(REPORT_FILE), report.to_string())
+            .map_err(|e| RuntimeError::io(ctx(REPORT_FILE), e))?;
         fs::write(
             dir.join(SOURCE_FILE),
-            source.dir.as_os_str().as_encoded_bytes(),
+            source_dir.as_os_str().as_encoded_bytes(),
         )
         .map_err(|e| RuntimeError::io(ctx(SOURCE_FILE), e))?;
         Ok(Self { dir })
+    }
+
+    /// Records the id-range slot container `id` holds (as root), before
+    /// anything else is written, so that a failed create can release it.
+    pub fn record_slot(root: &crate::root::StateRoot, id: &str, slot: u32) -> Result<()> {
+        use std::os::unix::fs::DirBuilderExt;
+        let dir = Self::path(root, id);
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&dir)
+            .and_then(|()| fs::write(dir.join(SLOT_FILE), slot.to_string()))
+            .map_err(|e| RuntimeError::io(format!("record the id range of `{id}` in {dir:?}"), e))
+    }
+
+    /// The id-range slot container `id` holds, if any.
+    pub fn slot(root: &crate::root::StateRoot, id: &str) -> Option<u32> {
+        fs::read_to_string(Self::path(root, id).join(SLOT_FILE))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// The hardening report (changes, attestation) of container `id`.
+    pub fn report(dir: &Path) -> Option<serde_json::Value> {
+        serde_json::from_str(&fs::read_to_string(dir.join(REPORT_FILE)).ok()?).ok()
     }
 
     /// The caller's bundle of the container whose effective bundle is `dir`.

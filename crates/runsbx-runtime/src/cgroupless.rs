@@ -23,7 +23,6 @@ use std::fs;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
-use libcontainer::oci_spec::runtime::{LinuxIdMapping, LinuxIdMappingBuilder, Spec};
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{setns, unshare, CloneFlags};
 use nix::unistd::{Gid, Pid, Uid};
@@ -89,19 +88,9 @@ pub(crate) fn userns_from() -> Option<(u32, u32)> {
     Some((uid.parse().ok()?, gid.parse().ok()?))
 }
 
-/// For `create`/`run`: rewrites the spec's id mappings for the user
-/// namespace runsbx made (see [`reexec_in_own_userns`]), then the shadow.
-pub fn enter_for_create(spec: &mut Spec, cgroup_path: &Path) -> Result<Shadow> {
-    if let Some((uid, gid)) = userns_from() {
-        let linux = spec
-            .linux_mut()
-            .as_mut()
-            .ok_or_else(|| RuntimeError::invalid("config.json", "has no `linux` section"))?;
-        // Inside our namespace, our own uid and gid are 0.
-        let uids = own_id_only("uid", linux.uid_mappings().as_deref(), uid)?;
-        let gids = own_id_only("gid", linux.gid_mappings().as_deref(), gid)?;
-        linux.set_uid_mappings(uids).set_gid_mappings(gids);
-    }
+/// For `create`/`run`: the shadow. (The spec's id mappings are already in
+/// this namespace's terms: the policy reads them from /proc/self/uid_map.)
+pub fn enter_for_create(cgroup_path: &Path) -> Result<Shadow> {
     shadow(cgroup_path)
 }
 
@@ -201,43 +190,6 @@ fn read_trimmed(path: &str) -> String {
         .ok()
         .filter(|s| !s.is_empty())
         .unwrap_or_else(|| "0".to_owned())
-}
-
-/// The spec's mappings, rewritten for our own user namespace, where our
-/// uid (or gid) is 0. Only our own id can be mapped: mapping more needs
-/// newuidmap with /etc/subuid, which cannot work from inside it.
-fn own_id_only(
-    kind: &str,
-    maps: Option<&[LinuxIdMapping]>,
-    own: u32,
-) -> Result<Option<Vec<LinuxIdMapping>>> {
-    let Some(maps) = maps else { return Ok(None) };
-    let mut out = Vec::with_capacity(maps.len());
-    for m in maps {
-        if m.host_id() != own || m.size() != 1 {
-            return Err(RuntimeError::invalid(
-                format!(
-                    "linux.{kind}Mappings entry {{containerID: {}, hostID: {}, size: {}}}",
-                    m.container_id(),
-                    m.host_id(),
-                    m.size()
-                ),
-                format!(
-                    "rootless runsbx on a host without usable cgroups maps only your own {kind} \
-                     ({own}, size 1); `runsbx spec --rootless` writes such a mapping"
-                ),
-            ));
-        }
-        out.push(
-            LinuxIdMappingBuilder::default()
-                .container_id(m.container_id())
-                .host_id(0u32)
-                .size(1u32)
-                .build()
-                .map_err(|e| RuntimeError::invalid(format!("{kind} mapping"), e.to_string()))?,
-        );
-    }
-    Ok(Some(out))
 }
 
 fn enter_own_user_namespace(uid: u32, gid: u32) -> Result<()> {

@@ -62,6 +62,9 @@ pub enum RuntimeError {
     #[error("{what}: {reason}")]
     Unsupported { what: String, reason: String },
 
+    #[error(transparent)]
+    Policy(runsbx_policy::PolicyError),
+
     #[error("{op} container `{id}`")]
     Container {
         op: &'static str,
@@ -96,7 +99,14 @@ impl RuntimeError {
             Self::NotFound { .. } => exit::NOT_FOUND,
             Self::Exists { .. } | Self::WrongState { .. } => exit::CONFLICT,
             Self::Unsupported { .. } => exit::UNSUPPORTED,
-
+            Self::Policy(e) => match e {
+                runsbx_policy::PolicyError::Refused { .. } => exit::REFUSED,
+                runsbx_policy::PolicyError::HostMissing { .. } => exit::UNSUPPORTED,
+                runsbx_policy::PolicyError::Verify(_) | runsbx_policy::PolicyError::Internal(_) => {
+                    exit::FAILURE
+                }
+                _ => exit::INVALID_INPUT,
+            },
             Self::Container { .. } | Self::Io { .. } | Self::Sys { .. } => exit::FAILURE,
         }
     }

@@ -1,7 +1,7 @@
 //! exec: a new process in a running container.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::syscall::syscall::SyscallType;
@@ -9,6 +9,7 @@ use libcontainer::syscall::syscall::SyscallType;
 use crate::error::Result;
 use crate::exec_guard::ExecGuard;
 use crate::lifecycle::{load, op_err};
+use crate::policy::Policy;
 use crate::root::StateRoot;
 use crate::supervise::SignalGuard;
 use crate::{cgroupless, host};
@@ -32,6 +33,8 @@ pub struct ExecOptions {
     pub caps: Vec<String>,
     pub ignore_paused: bool,
     pub sub_cgroup: Option<String>,
+    /// The operator config (`--config`).
+    pub config: Option<PathBuf>,
 }
 
 /// Runs a process in container `id`. Detached, returns 0 once it runs;
@@ -60,6 +63,28 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
     // would not apply (see exec_guard.rs).
     let effective = crate::bundle::load(container.bundle())?;
     let guard = ExecGuard::for_container(&effective.spec);
+    // The exec'd process gets no more than the container's own: capabilities
+    // only from the profile, no_new_privs always, the container's rlimits.
+    let policy = Policy::load(opts.config.as_deref())?;
+    let profile = policy.profile_for(&effective.spec)?;
+    if let Some(cap) = opts.caps.iter().find(|c| !profile.capabilities.contains(c)) {
+        return Err(crate::error::RuntimeError::Policy(
+            runsbx_policy::PolicyError::Refused {
+                what: format!("exec --cap {cap}"),
+                profile: profile.name.clone(),
+                key: format!("capabilities = [{cap:?}]"),
+            },
+        ));
+    }
+    let process_file = match &opts.process {
+        Some(path) => Some(harden_process_file(
+            path,
+            &effective,
+            &profile,
+            container.bundle(),
+        )?),
+        None => None,
+    };
     let pid = ContainerBuilder::new(id.to_owned(), SyscallType::default())
         .with_executor(guard)
         .with_root_path(root.path())
@@ -74,8 +99,8 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
                 .with_detach(opts.detach)
                 .with_cwd(opts.cwd.as_ref())
                 .with_env(opts.env.iter().cloned().collect::<HashMap<_, _>>())
-                .with_process(opts.process.as_ref())
-                .with_no_new_privs(opts.no_new_privs)
+                .with_process(process_file.as_ref())
+                .with_no_new_privs(true)
                 .with_container_args(opts.args.clone())
                 .with_additional_gids(opts.additional_gids.clone())
                 .with_user(opts.user)
@@ -85,7 +110,11 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
                 .with_sub_cgroup(opts.sub_cgroup.clone())
                 .build()
         })
-        .map_err(|e| op_err("exec in", id, e))?;
+        .map_err(|e| op_err("exec in", id, e));
+    if let Some(f) = &process_file {
+        let _ = std::fs::remove_file(f);
+    }
+    let pid = pid?;
     if let Some(shadow) = shadow {
         shadow.leave()?;
     }
@@ -96,4 +125,28 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
     // Blocking after the process exists is safe: `wait_forwarding` reaps
     // before it first waits for a signal.
     SignalGuard::block_all()?.wait_forwarding(pid)
+}
+
+/// The process.json given to `exec --process`, hardened, written next to
+/// the container's effective config.
+fn harden_process_file(
+    path: &Path,
+    effective: &crate::bundle::Bundle,
+    profile: &runsbx_policy::Profile,
+    effective_dir: &Path,
+) -> Result<PathBuf> {
+    let bad = |reason: String| {
+        crate::error::RuntimeError::invalid(format!("exec --process {path:?}"), reason)
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
+    let process =
+        serde_json::from_str(&text).map_err(|e| bad(format!("not a valid OCI process: {e}")))?;
+    let host = crate::policy::host_facts(None);
+    let hardened = runsbx_policy::harden_exec(&effective.spec, process, profile, &host)
+        .map_err(crate::error::RuntimeError::Policy)?;
+    let out = effective_dir.join(format!("exec-process-{}.json", std::process::id()));
+    let json = serde_json::to_vec(&hardened).map_err(|e| bad(e.to_string()))?;
+    std::fs::write(&out, json)
+        .map_err(|e| crate::error::RuntimeError::io(format!("write {out:?}"), e))?;
+    Ok(out)
 }

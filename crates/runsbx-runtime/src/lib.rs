@@ -4,6 +4,7 @@
 
 pub mod bundle;
 mod cgroupless;
+pub mod check;
 pub mod error;
 pub mod exec;
 mod exec_guard;
@@ -11,11 +12,13 @@ pub mod features;
 pub mod host;
 pub mod lifecycle;
 mod netns;
+pub mod policy;
 mod procs;
 pub mod query;
 pub mod root;
 pub mod signal;
 pub mod spec;
+mod stage;
 mod supervise;
 pub mod update;
 

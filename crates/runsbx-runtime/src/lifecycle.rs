@@ -1,6 +1,6 @@
 //! create, start, run, kill, delete, pause, resume.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::{Container, ContainerStatus};
@@ -11,8 +11,9 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::error::{Result, RuntimeError};
+use crate::policy::{self, Policy};
 use crate::root::{IdLock, StateRoot};
-use crate::{bundle, cgroupless, host, netns, procs, supervise};
+use crate::{bundle, cgroupless, host, netns, procs, stage, supervise};
 
 /// What `create` and `run` are given besides the id.
 #[derive(Debug, Clone, Default)]
@@ -22,6 +23,8 @@ pub struct CreateOptions {
     pub console_socket: Option<PathBuf>,
     pub preserve_fds: i32,
     pub no_pivot: bool,
+    /// The operator config (`--config`); /etc/runsbx/config.toml otherwise.
+    pub config: Option<PathBuf>,
 }
 
 /// Creates container `id`: its namespaces and root exist, its process waits
@@ -121,7 +124,7 @@ pub fn delete(root: &StateRoot, id: &str, force: bool) -> Result<()> {
                 std::fs::remove_dir_all(&dir)
                     .map_err(|e| RuntimeError::io(format!("remove {dir:?}"), e))?;
             }
-            return bundle::Effective::remove(root, id);
+            return release_host_side(root, id);
         }
         Err(e) => return Err(e),
     };
@@ -185,10 +188,11 @@ fn build(
         return Err(RuntimeError::Exists { id: id.to_owned() });
     }
     let source = bundle::load(&opts.bundle)?;
-    let result = build_from(root, id, &source, opts, detach);
+    let policy = Policy::load(opts.config.as_deref())?;
+    let result = build_from(root, id, &source, opts, detach, &policy);
     if result.is_err() {
         // libcontainer cleans up after most failures; make sure no state,
-        // effective bundle or process outlives a failed create.
+        // staged mount, id range or process outlives a failed create.
         if root.exists(id) {
             if let Ok(mut c) = Container::load(root.container_dir(id)) {
                 let _ = destroy(root, &mut c);
@@ -198,9 +202,22 @@ fn build(
         if dir.exists() {
             let _ = std::fs::remove_dir_all(&dir);
         }
-        let _ = bundle::Effective::remove(root, id);
+        let _ = release_host_side(root, id);
     }
     result
+}
+
+/// The sandbox as the policy decides it: what `create` runs, and what
+/// `runsbx harden` shows.
+pub fn harden_bundle(bundle: &Path, config: Option<&Path>) -> Result<runsbx_policy::Hardened> {
+    let source = bundle::load(bundle)?;
+    let policy = Policy::load(config)?;
+    // As root a real create allocates a range; the dry run shows the first.
+    let range = (!host::rootless()).then_some(runsbx_policy::IdRange {
+        base: policy.config.uid_base,
+        size: policy.config.uid_range_size,
+    });
+    policy::apply(&policy, bundle::absolutize(&source), range)
 }
 
 fn build_from(
@@ -209,19 +226,40 @@ fn build_from(
     source: &bundle::Bundle,
     opts: &CreateOptions,
     detach: bool,
+    policy: &Policy,
 ) -> Result<Container> {
-    host::check_rlimits(&source.spec)?;
-    let mut spec = source.spec.clone();
+    // As real root, the sandbox's ids are an unprivileged range of its own.
+    let range = if host::rootless() {
+        None
+    } else {
+        let owner = format!("{}\n{id}", root.path().display());
+        let (slot, range) = policy::allocate_id_range(&policy.config, &owner)?;
+        if let Err(e) = bundle::Effective::record_slot(root, id, slot) {
+            policy::release_id_range(slot);
+            return Err(e);
+        }
+        Some(range)
+    };
+    let hardened = policy::apply(policy, bundle::absolutize(source), range)?;
+    let report = serde_json::json!({
+        "changes": hardened.changes,
+        "attestation": hardened.attestation,
+    });
+    let mut spec = hardened.spec;
+    host::check_rlimits(&spec)?;
+    if let Some(range) = range {
+        stage::prepare(&stage_key(root, id), range, &mut spec)?;
+    }
     let shadow = if host::can_manage_cgroups() {
         default_cgroup_path(&mut spec, root, id);
         None
     } else {
         let fake = without_cgroups(&mut spec, id);
-        Some(cgroupless::enter_for_create(&mut spec, &fake)?)
+        Some(cgroupless::enter_for_create(&fake)?)
     };
     let new_netns = creates_netns(&spec);
     let own_userns = has_userns(&spec);
-    let effective = bundle::Effective::write(root, id, source, spec)?;
+    let effective = bundle::Effective::write(root, id, &source.dir, &spec, &report)?;
     let mut container = ContainerBuilder::new(id.to_owned(), SyscallType::default())
         .with_root_path(root.path())
         .and_then(|b| b.with_pid_file(opts.pid_file.as_ref()))
@@ -248,6 +286,34 @@ fn build_from(
         .save()
         .map_err(|e| op_err("save state of", id, e))?;
     Ok(container)
+}
+
+/// The name of container `id`'s staged mounts: unique across state roots.
+fn stage_key(root: &StateRoot, id: &str) -> String {
+    format!("{:08x}-{id}", root_hash(root))
+}
+
+/// FNV-1a of the state root's path: stable across runs, unlike std's hasher.
+fn root_hash(root: &StateRoot) -> u32 {
+    root.path()
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        }) as u32
+}
+
+/// Removes what container `id` holds outside its state directory: staged
+/// mounts, its id range, the effective bundle.
+fn release_host_side(root: &StateRoot, id: &str) -> Result<()> {
+    if !host::rootless() {
+        stage::remove(&stage_key(root, id))?;
+    }
+    if let Some(slot) = bundle::Effective::slot(root, id) {
+        policy::release_id_range(slot);
+    }
+    bundle::Effective::remove(root, id)
 }
 
 /// Gives a spec without a cgroup path one of runsbx's (libcontainer's own
@@ -345,7 +411,7 @@ fn destroy(root: &StateRoot, container: &mut Container) -> Result<()> {
     container
         .delete(true)
         .map_err(|e| op_err("delete", &id, e))?;
-    bundle::Effective::remove(root, &id)
+    release_host_side(root, &id)
 }
 
 fn require_cgroups(op: &'static str) -> Result<()> {

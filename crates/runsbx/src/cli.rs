@@ -39,6 +39,10 @@ pub struct Global {
     /// through systemd
     #[arg(long, global = true)]
     pub systemd_cgroup: bool,
+    /// The operator config: default profile and selectable profiles
+    /// (default: /etc/runsbx/config.toml when it exists)
+    #[arg(long, global = true)]
+    pub config: Option<PathBuf>,
     /// Accepted for compatibility (runc's --rootless=auto); runsbx detects it
     #[arg(long, num_args = 0..=1, default_missing_value = "auto")]
     pub rootless: Option<String>,
@@ -46,8 +50,20 @@ pub struct Global {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Print the hardened config.json a bundle would run with, what was
+    /// changed and why, and the isolation layers in force (a dry run)
+    Harden(Harden),
+    /// Diagnose this host: which isolation layers runsbx can apply here
+    Check,
     #[command(flatten)]
     Standard(liboci_cli::StandardCmd),
     #[command(flatten)]
     Common(Box<liboci_cli::CommonCmd>),
+}
+
+#[derive(Args, Debug)]
+pub struct Harden {
+    /// The bundle directory (with config.json)
+    #[arg(long, short, default_value = ".")]
+    pub bundle: PathBuf,
 }

@@ -7,7 +7,9 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use liboci_cli::{CommonCmd, StandardCmd};
 use runsbx_runtime::oci_spec::runtime::LinuxResources;
-use runsbx_runtime::{exec, features, lifecycle, query, root, signal, spec, update, StateRoot};
+use runsbx_runtime::{
+    check, exec, features, lifecycle, query, root, signal, spec, update, StateRoot,
+};
 
 use crate::cli::{Cli, Command};
 
@@ -15,6 +17,30 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
     let root_path = cli.global.root.clone().unwrap_or_else(root::default_root);
     let root = || StateRoot::open(&root_path);
     match cli.command {
+        Command::Harden(a) => {
+            let hardened = lifecycle::harden_bundle(&a.bundle, cli.global.config.as_deref())?;
+            print_json(&serde_json::json!({
+                "changes": hardened.changes,
+                "attestation": hardened.attestation,
+                "config": hardened.spec,
+            }))?;
+        }
+        Command::Check => {
+            let findings = check::host();
+            let mut out = std::io::stdout().lock();
+            for f in &findings {
+                writeln!(
+                    out,
+                    "{} {:<28} {}",
+                    if f.ok { "ok  " } else { "MISS" },
+                    f.name,
+                    f.detail
+                )?;
+            }
+            if findings.iter().any(|f| !f.ok && f.required) {
+                return Ok(runsbx_runtime::exit::UNSUPPORTED);
+            }
+        }
         Command::Standard(cmd) => match cmd {
             StandardCmd::Create(a) => {
                 let opts = lifecycle::CreateOptions {
@@ -23,6 +49,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
                     console_socket: a.console_socket,
                     preserve_fds: a.preserve_fds,
                     no_pivot: a.no_pivot,
+                    config: cli.global.config.clone(),
                 };
                 lifecycle::create(&root()?, &a.container_id, &opts)?;
             }
@@ -42,6 +69,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
                     console_socket: a.console_socket,
                     preserve_fds: a.preserve_fds,
                     no_pivot: a.no_pivot,
+                    config: cli.global.config.clone(),
                 };
                 return Ok(lifecycle::run(
                     &root()?,
@@ -69,6 +97,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
                     caps: a.cap,
                     ignore_paused: a.ignore_paused,
                     sub_cgroup: a.cgroup,
+                    config: cli.global.config.clone(),
                 };
                 return Ok(exec::exec(&root()?, &a.container_id, &opts)?);
             }

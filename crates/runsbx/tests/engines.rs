@@ -112,6 +112,18 @@ impl Drop for Podman<'_> {
             "-rf",
             self.fx.dir.path().join("storage").to_str().unwrap(),
         ]);
+        // Last: rootless podman keeps a pause process holding its user
+        // namespace, and every podman command above may start it again.
+        let pidfile = self.fx.dir.path().join("podman-tmp/pause.pid");
+        if let Some(pid) = fs::read_to_string(pidfile)
+            .ok()
+            .and_then(|p| p.trim().parse::<i32>().ok())
+        {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
     }
 }
 
@@ -169,9 +181,19 @@ fn podman_runs_runsbx(fx: Fixture) {
         "localhost/runsbx-busybox:test",
         "sh",
         "-c",
-        "exit 7",
+        "probe status; probe lo; exit 7",
     ]);
     assert_eq!(out.code, 7, "{out:?}");
+    // Hardened under podman too.
+    for line in [
+        "CapEff:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        "lo UP",
+    ] {
+        assert!(out.stdout.contains(line), "{line:?} missing: {out:?}");
+    }
 
     // A terminal (podman hands runsbx a console socket), a detached
     // container, and exec into it with and without a terminal.
@@ -341,11 +363,13 @@ fn containerd_runs_runsbx() {
         "t1",
         "sh",
         "-c",
-        "echo hi; ip link show lo; exit 7",
+        "echo hi; probe lo; probe status; exit 7",
     ]);
     assert_eq!(out.code, 7, "{out:?}");
     assert!(out.stdout.starts_with("hi\n"), "{out:?}");
-    assert!(out.stdout.contains("<LOOPBACK,UP"), "{out:?}");
+    assert!(out.stdout.contains("lo UP"), "{out:?}");
+    assert!(out.stdout.contains("CapEff:\t0000000000000000"), "{out:?}");
+    assert!(out.stdout.contains("NoNewPrivs:\t1"), "{out:?}");
 
     let out = ctd.ctr(&[
         "run",

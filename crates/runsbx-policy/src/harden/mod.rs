@@ -42,6 +42,32 @@ pub fn harden(spec: Spec, profile: &Profile, host: &HostFacts) -> Result<Hardene
     })
 }
 
+/// Hardens a process exec'd into a container whose (hardened) spec is
+/// `container`: the same capabilities, no_new_privileges and rlimits as the
+/// container's own process, and a user its namespace maps.
+pub fn harden_exec(
+    container: &Spec,
+    process: oci_spec::runtime::Process,
+    profile: &Profile,
+    host: &HostFacts,
+) -> Result<oci_spec::runtime::Process, PolicyError> {
+    let mut spec = container.clone();
+    spec.set_process(Some(process));
+    let mut cx = Cx {
+        spec,
+        profile,
+        host,
+        changes: Vec::new(),
+        attestation: Vec::new(),
+    };
+    process::apply(&mut cx)?;
+    userns::check_mapped(&cx)?;
+    cx.spec
+        .process()
+        .clone()
+        .ok_or_else(|| PolicyError::Internal("process vanished".to_owned()))
+}
+
 /// The state one hardening pass works on.
 pub(crate) struct Cx<'a> {
     pub spec: Spec,

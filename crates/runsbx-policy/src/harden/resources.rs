@@ -1,7 +1,7 @@
 //! cgroup limits: memory and pids at or below the profile's. Applied where
 //! the host lets runsbx manage cgroups; the attestation says when not.
 
-use oci_spec::runtime::{LinuxMemory, LinuxPids, LinuxResources};
+use oci_spec::runtime::LinuxPids;
 
 use super::Cx;
 use crate::annotations;
@@ -12,12 +12,9 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     let memory_max = i64::try_from(limits.memory.0).unwrap_or(i64::MAX);
     let linux = cx.linux();
     let before = linux.resources().clone();
-    let mut resources = before.clone().unwrap_or_else(LinuxResources::default);
+    let mut resources = before.clone().unwrap_or_default();
 
-    let mut memory = resources
-        .memory()
-        .clone()
-        .unwrap_or_else(LinuxMemory::default);
+    let mut memory = (*resources.memory()).unwrap_or_default();
     let limit = memory
         .limit()
         .filter(|l| *l > 0)

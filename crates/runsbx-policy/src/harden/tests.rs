@@ -16,8 +16,6 @@ fn as_root() -> HostFacts {
         rootless: false,
         uid: 0,
         gid: 0,
-        userns_uids: vec![],
-        userns_gids: vec![],
         id_range: Some(IdRange {
             base: 1_000_000_000,
             size: 65_536,
@@ -42,8 +40,6 @@ fn rootless() -> HostFacts {
 
 fn in_podman_userns() -> HostFacts {
     HostFacts {
-        userns_uids: vec![(0, 1), (1, 65_536)],
-        userns_gids: vec![(1, 65_536), (0, 1)],
         uid: 0,
         gid: 0,
         ..rootless()
@@ -102,15 +98,19 @@ fn golden_podman_and_containerd_specs() {
 }
 
 #[test]
-fn podman_userns_maps_its_ranges_one_to_one() {
-    let out = harden(load("podman.json"), &profile(), &in_podman_userns()).unwrap();
-    let linux = out.spec.linux().as_ref().unwrap();
-    let uids = linux.uid_mappings().as_ref().unwrap();
-    assert_eq!(uids.len(), 1);
-    assert_eq!(
-        (uids[0].container_id(), uids[0].host_id(), uids[0].size()),
-        (0, 0, 65_537)
-    );
+fn rootless_maps_only_the_caller() {
+    for (host, uid) in [(rootless(), 1000), (in_podman_userns(), 0)] {
+        let out = harden(load("podman.json"), &profile(), &host).unwrap();
+        let linux = out.spec.linux().as_ref().unwrap();
+        for maps in [linux.uid_mappings(), linux.gid_mappings()] {
+            let m = maps.as_ref().unwrap();
+            assert_eq!(m.len(), 1);
+            assert_eq!(
+                (m[0].container_id(), m[0].host_id(), m[0].size()),
+                (0, uid, 1)
+            );
+        }
+    }
 }
 
 #[test]

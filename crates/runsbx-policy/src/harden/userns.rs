@@ -54,18 +54,10 @@ fn mappings(cx: &Cx) -> Result<Maps, PolicyError> {
             "as root, the runtime must allocate an id range for the sandbox".to_owned(),
         ));
     }
-    if !host.userns_uids.is_empty() {
-        // Already inside a user namespace (rootless podman's): map what it
-        // maps, one to one; its root is the caller.
-        let uids = identity(&host.userns_uids)?;
-        let gids = identity(&host.userns_gids)?;
-        return Ok((
-            uids,
-            gids,
-            "container ids are those of the caller's user namespace; container root is the caller"
-                .to_owned(),
-        ));
-    }
+    // Rootless (also as root inside rootless podman's user namespace): only
+    // the caller's own ids. Mapping more would need newuidmap, or, from
+    // inside a user namespace, writing a map for libcontainer's
+    // non-dumpable processes, which the kernel refuses (EPERM).
     Ok((
         vec![map(0, host.uid, 1)?],
         vec![map(0, host.gid, 1)?],
@@ -83,21 +75,6 @@ fn map(container: u32, host: u32, size: u32) -> Result<LinuxIdMapping, PolicyErr
         .size(size)
         .build()
         .map_err(|e| PolicyError::Internal(e.to_string()))
-}
-
-/// Identity mappings of the given ranges, adjacent ones merged (one line
-/// can be written without newuidmap).
-fn identity(ranges: &[(u32, u32)]) -> Result<Vec<LinuxIdMapping>, PolicyError> {
-    let mut sorted = ranges.to_vec();
-    sorted.sort();
-    let mut merged: Vec<(u32, u32)> = Vec::new();
-    for (start, count) in sorted {
-        match merged.last_mut() {
-            Some((s, c)) if *s + *c == start => *c += count,
-            _ => merged.push((start, count)),
-        }
-    }
-    merged.into_iter().map(|(s, c)| map(s, s, c)).collect()
 }
 
 fn covered(maps: &[LinuxIdMapping], id: u32) -> bool {
@@ -148,6 +125,14 @@ fn describe(maps: &[LinuxIdMapping]) -> String {
         })
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// Checks the process's user against the spec's own mappings.
+pub(super) fn check_mapped(cx: &Cx) -> Result<(), PolicyError> {
+    let linux = cx.spec.linux().clone().unwrap_or_default();
+    let uids = linux.uid_mappings().clone().unwrap_or_default();
+    let gids = linux.gid_mappings().clone().unwrap_or_default();
+    check_user_is_mapped(cx, &uids, &gids)
 }
 
 /// Whether `id` (a container gid) is mapped: devpts' `gid=5` needs it.

@@ -121,6 +121,16 @@ pub fn rootfs() -> &'static Path {
         for d in ["proc", "sys", "dev", "tmp", "etc", "root"] {
             fs::create_dir_all(dir.join(d)).unwrap();
         }
+        // The in-sandbox probe (tests/probe.c), static so that it runs in
+        // the busybox image.
+        let probe_c = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/probe.c");
+        let built = Command::new("gcc")
+            .args(["-static", "-O2", "-o"])
+            .arg(bin.join("probe"))
+            .arg(&probe_c)
+            .status()
+            .expect("gcc is installed (apt-get install build-essential)");
+        assert!(built.success(), "building {probe_c:?} failed");
         fs::write(
             dir.join("etc/passwd"),
             "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",

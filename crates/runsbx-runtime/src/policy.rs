@@ -1,0 +1,203 @@
+//! Applying runsbx-policy: load the operator config and profile, probe the
+//! host into `HostFacts`, allocate the sandbox's id range, then harden and
+//! verify. The policy itself is pure; this is the I/O around it.
+
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use libcontainer::oci_spec::runtime::Spec;
+use nix::unistd::{Gid, Uid};
+use runsbx_policy::{
+    annotations, harden, verify, Hardened, HostFacts, IdRange, OperatorConfig, PolicyError, Profile,
+};
+
+use crate::error::{Result, RuntimeError};
+use crate::host;
+
+/// The operator config read when `--config` is not given.
+pub const DEFAULT_CONFIG: &str = "/etc/runsbx/config.toml";
+
+/// Where id-range allocations live: one file per live sandbox, across every
+/// state root, so that no two sandboxes share host ids.
+const ID_DIR: &str = "/run/runsbx-ids";
+
+/// The operator config and the profile it picks.
+#[derive(Debug, Clone)]
+pub struct Policy {
+    pub config: OperatorConfig,
+    pub profile: Profile,
+}
+
+impl Policy {
+    /// Loads `path`, or the default config when it exists, or built-in
+    /// defaults.
+    pub fn load(path: Option<&Path>) -> Result<Self> {
+        let (text, origin) = match path {
+            Some(p) => (
+                fs::read_to_string(p)
+                    .map_err(|e| RuntimeError::io(format!("read --config {p:?}"), e))?,
+                p.display().to_string(),
+            ),
+            None => match fs::read_to_string(DEFAULT_CONFIG) {
+                Ok(text) => (text, DEFAULT_CONFIG.to_owned()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    (String::new(), "built-in defaults".to_owned())
+                }
+                Err(e) => return Err(RuntimeError::io(format!("read {DEFAULT_CONFIG}"), e)),
+            },
+        };
+        let config = OperatorConfig::from_toml(&text, &origin).map_err(policy_err)?;
+        let profile = load_profile(&config, &config.profile)?;
+        Ok(Self { config, profile })
+    }
+
+    /// The profile for a spec: the operator's, or a stricter one its
+    /// `runsbx.profile` annotation picks.
+    pub fn profile_for(&self, spec: &Spec) -> Result<Profile> {
+        annotations::choose_profile(
+            spec.annotations().as_ref(),
+            &self.config,
+            self.profile.clone(),
+            |name| {
+                load_profile(&self.config, name).map_err(|e| PolicyError::Profile {
+                    origin: name.to_owned(),
+                    reason: e.to_string(),
+                })
+            },
+        )
+        .map_err(policy_err)
+    }
+}
+
+fn load_profile(config: &OperatorConfig, name: &str) -> Result<Profile> {
+    if name == "default" {
+        return Profile::builtin().map_err(policy_err);
+    }
+    let valid = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if !valid {
+        return Err(RuntimeError::invalid(
+            format!("profile name {name:?}"),
+            "use letters, digits, - and _",
+        ));
+    }
+    let path = config.profiles_dir.join(format!("{name}.toml"));
+    let text = fs::read_to_string(&path).map_err(|e| {
+        RuntimeError::io(
+            format!("read profile `{name}` at {path:?} (profiles_dir in the operator config)"),
+            e,
+        )
+    })?;
+    Profile::from_toml(&text, &path.display().to_string()).map_err(policy_err)
+}
+
+pub(crate) fn policy_err(e: PolicyError) -> RuntimeError {
+    RuntimeError::Policy(e)
+}
+
+/// What this host gives, as the policy needs to know it.
+pub fn host_facts(id_range: Option<IdRange>) -> HostFacts {
+    HostFacts {
+        rootless: host::rootless(),
+        uid: Uid::effective().as_raw(),
+        gid: Gid::effective().as_raw(),
+        id_range,
+        user_namespaces: user_namespaces_enabled(),
+        // Built with libcontainer's libseccomp feature; the kernel side:
+        seccomp: fs::read_to_string("/proc/self/status").is_ok_and(|s| s.contains("\nSeccomp:")),
+        cgroups: host::can_manage_cgroups(),
+        proc_subset: kernel_at_least(5, 8),
+    }
+}
+
+fn user_namespaces_enabled() -> bool {
+    let read = |p: &str| {
+        fs::read_to_string(p)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    };
+    read("/proc/sys/user/max_user_namespaces").is_some_and(|n| n > 0)
+        && (!host::rootless()
+            || host::in_user_namespace()
+            || read("/proc/sys/kernel/unprivileged_userns_clone").is_none_or(|v| v == 1))
+}
+
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let Ok(uname) = nix::sys::utsname::uname() else {
+        return false;
+    };
+    let release = uname.release().to_string_lossy().into_owned();
+    let mut parts = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|p| p.parse::<u32>().ok());
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
+}
+
+/// Hardens and verifies `spec` for container `id`.
+pub fn apply(policy: &Policy, spec: Spec, id_range: Option<IdRange>) -> Result<Hardened> {
+    let profile = policy.profile_for(&spec)?;
+    let host = host_facts(id_range);
+    let hardened = harden(spec, &profile, &host).map_err(policy_err)?;
+    verify(&hardened.spec, &profile).map_err(policy_err)?;
+    Ok(hardened)
+}
+
+/// An id range allocated to one sandbox (as root), released by
+/// [`release_id_range`].
+pub fn allocate_id_range(config: &OperatorConfig, owner: &str) -> Result<(u32, IdRange)> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(ID_DIR)
+        .map_err(|e| RuntimeError::io(format!("create {ID_DIR}"), e))?;
+    // Start from a hash of the owner so that concurrent creates rarely
+    // collide; O_EXCL settles it when they do.
+    let start = owner
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    for i in 0..config.uid_ranges {
+        let slot = (start.wrapping_add(i)) % config.uid_ranges;
+        let path = PathBuf::from(ID_DIR).join(slot.to_string());
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
+            Ok(mut f) => {
+                f.write_all(owner.as_bytes())
+                    .map_err(|e| RuntimeError::io(format!("write {path:?}"), e))?;
+                let base = config.uid_base + slot * config.uid_range_size;
+                return Ok((
+                    slot,
+                    IdRange {
+                        base,
+                        size: config.uid_range_size,
+                    },
+                ));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => {
+                return Err(RuntimeError::io(
+                    format!("allocate an id range in {ID_DIR}"),
+                    e,
+                ))
+            }
+        }
+    }
+    Err(RuntimeError::unsupported(
+        "allocate an id range",
+        format!(
+            "all {} ranges in {ID_DIR} are in use (uid_ranges in the operator config)",
+            config.uid_ranges
+        ),
+    ))
+}
+
+pub fn release_id_range(slot: u32) {
+    let _ = fs::remove_file(PathBuf::from(ID_DIR).join(slot.to_string()));
+}

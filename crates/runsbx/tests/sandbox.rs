@@ -1,0 +1,281 @@
+//! The hardening, observed from inside a sandbox by the probe
+//! (tests/probe.c), as root and rootless. Each attack reports what it could
+//! do; the test asserts it could not.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::time::Duration;
+
+use serde_json::json;
+use support::{Fixture, Who};
+
+fn token() -> String {
+    format!(
+        "runsbx-token-{}-{:x}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+fn layers_in_force(fx: Fixture) {
+    let b = fx.bundle(
+        "b",
+        &["sh", "-c", "probe status; probe lo; probe syscalls"],
+        |_| {},
+    );
+    let out = fx.run(["run", "--bundle", b.to_str().unwrap(), "c1"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    for line in [
+        "CapEff:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+        "CapPrm:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        "lo UP",
+    ] {
+        assert!(
+            out.stdout.lines().any(|l| l == line),
+            "{line:?} missing: {out:?}"
+        );
+    }
+    // Every forbidden syscall was tried, and refused with EPERM.
+    for name in [
+        "mount",
+        "unshare_user",
+        "unshare_net",
+        "setns",
+        "ptrace_attach",
+        "process_vm_readv",
+        "bpf",
+        "io_uring_setup",
+        "perf_event_open",
+        "userfaultfd",
+        "keyctl",
+        "add_key",
+        "init_module",
+        "kexec_load",
+        "open_by_handle_at",
+        "socket_packet",
+        "socket_netlink",
+        "socket_vsock",
+        "socket_alg",
+        "socket_raw_inet",
+        "tiocsti",
+    ] {
+        let want = format!("{name} EPERM");
+        assert!(
+            out.stdout.lines().any(|l| l == want),
+            "{want:?} missing: {out:?}"
+        );
+    }
+    fx.assert_clean();
+}
+as_root_and_rootless!(layers_in_force: layers_as_root, layers_rootless);
+
+/// Only the sandbox's own processes, and no global /proc files.
+fn minimal_proc(fx: Fixture) {
+    let script = "sleep 100 & ls /proc; echo ---; cat /proc/meminfo 2>&1; cat /proc/1/environ | tr '\\0' '\\n'";
+    let b = fx.bundle("b", &["sh", "-c", script], |c| {
+        c["process"]["env"] = json!(["PATH=/bin", "ONLY_THIS=1"]);
+    });
+    let out = fx.run(["run", "--bundle", b.to_str().unwrap(), "c1"]);
+    let (listing, rest) = out.stdout.split_once("---\n").unwrap();
+    let mut pids: Vec<u32> = listing.lines().filter_map(|l| l.parse().ok()).collect();
+    pids.sort();
+    // sh (1), sleep, ls: the sandbox's own pid namespace, nothing else.
+    assert!(pids.len() <= 4 && pids.first() == Some(&1), "{out:?}");
+    let names: Vec<&str> = listing
+        .lines()
+        .filter(|l| l.parse::<u32>().is_err())
+        .collect();
+    assert_eq!(
+        names,
+        ["self", "thread-self"],
+        "global /proc entries visible: {out:?}"
+    );
+    assert!(rest.contains("No such file"), "{out:?}");
+    // The init's environment is the spec's (and HOME, which the runtime
+    // sets as runc does), nothing of runsbx's own.
+    let mut env: Vec<&str> = rest.lines().filter(|l| l.contains('=')).collect();
+    env.sort();
+    assert_eq!(env, ["HOME=/root", "ONLY_THIS=1", "PATH=/bin"], "{out:?}");
+    fx.assert_clean();
+}
+as_root_and_rootless!(minimal_proc: minimal_proc_as_root, minimal_proc_rootless);
+
+/// A token planted in the caller's home and in runsbx's environment never
+/// reaches the sandbox.
+fn secrets_do_not_reach(fx: Fixture) {
+    let secret = token();
+    let home = match &fx.who {
+        Who::User(u) => u.home.clone(),
+        Who::Root => fx.dir.path().join("home"),
+    };
+    let agent = home.join(".agent");
+    std::fs::create_dir_all(&agent).unwrap();
+    std::fs::write(agent.join(".env"), format!("API_KEY={secret}\n")).unwrap();
+    if let Who::User(u) = &fx.who {
+        nix::unistd::chown(agent.as_path(), Some(u.uid.into()), Some(u.gid.into())).unwrap();
+        nix::unistd::chown(
+            agent.join(".env").as_path(),
+            Some(u.uid.into()),
+            Some(u.gid.into()),
+        )
+        .unwrap();
+    }
+    let script = format!(
+        "cat {home}/.agent/.env /root/.agent/.env 2>&1; env; cat /proc/*/environ 2>&1 | tr '\\0' '\\n'; \
+         grep -rs --exclude-dir=dev {secret} / 2>/dev/null; echo done",
+        home = home.display()
+    );
+    let b = fx.bundle("b", &["sh", "-c", &script], |_| {});
+    let mut cmd = fx.cmd(["run", "--bundle", b.to_str().unwrap(), "c1"]);
+    cmd.env("AGENT_API_KEY", &secret).env("HOME", &home);
+    let out = support::output_via_files(&mut cmd);
+    let _ = std::fs::remove_dir_all(&agent);
+    assert!(out.stdout.contains("done"), "{out:?}");
+    assert!(out.stdout.contains("No such file or directory"), "{out:?}");
+    assert!(
+        !out.stdout.contains(&secret) && !out.stderr.contains(&secret),
+        "the token leaked: {out:?}"
+    );
+    fx.assert_clean();
+}
+as_root_and_rootless!(secrets_do_not_reach: secrets_as_root, secrets_rootless);
+
+/// A server on the host's loopback is not reachable: the sandbox's
+/// 127.0.0.1 is its own (connection refused there), and nothing else routes.
+fn host_loopback_unreachable(fx: Fixture) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let script = format!(
+        "probe connect 127.0.0.1 {port}; probe connect 127.0.0.2 {port}; probe connect 0.0.0.0 {port}; \
+         probe connect ::1 {port}; probe connect 10.0.0.1 {port}; probe udp 127.0.0.1 {port}; probe udp 8.8.8.8 53"
+    );
+    let b = fx.bundle("b", &["sh", "-c", &script], |_| {});
+    let out = fx.run(["run", "--bundle", b.to_str().unwrap(), "c1"]);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "connect ECONNREFUSED",
+            "connect ECONNREFUSED",
+            "connect ECONNREFUSED",
+            "connect ECONNREFUSED",
+            "connect ENETUNREACH",
+            "udp ok",
+            "udp ENETUNREACH",
+        ],
+        "{out:?}"
+    );
+    // And the host's server never saw a connection.
+    std::thread::sleep(Duration::from_millis(50));
+    match listener.accept() {
+        Ok((mut s, _)) => {
+            let mut buf = String::new();
+            let _ = s.read_to_string(&mut buf);
+            panic!("the host's loopback server was reached from the sandbox");
+        }
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock),
+    }
+    fx.assert_clean();
+}
+as_root_and_rootless!(host_loopback_unreachable: loopback_as_root, loopback_rootless);
+
+fn read_only_image_and_proc(fx: Fixture) {
+    let script = "probe write /bin/x; probe write /proc/sys/kernel/hostname; probe write /tmp/x; probe write /workspace/x";
+    let b = fx.bundle("b", &["sh", "-c", script], |_| {});
+    let out = fx.run(["run", "--bundle", b.to_str().unwrap(), "c1"]);
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(
+        lines,
+        ["write EROFS", "write ENOENT", "write ok", "write ok"],
+        "{out:?}"
+    );
+    fx.assert_clean();
+}
+as_root_and_rootless!(read_only_image_and_proc: read_only_as_root, read_only_rootless);
+
+/// A spec asking for a host bind mount is refused, with the profile key
+/// that would allow it, and nothing is left.
+fn host_bind_mount_refused(fx: Fixture) {
+    let b = fx.bundle("b", &["true"], |c| {
+        c["mounts"].as_array_mut().unwrap().push(json!({
+            "destination": "/host-etc", "type": "bind", "source": "/etc", "options": ["rbind", "rw"]
+        }));
+    });
+    let out = fx.run(["run", "--bundle", b.to_str().unwrap(), "c1"]);
+    assert_eq!(out.code, 7, "{out:?}");
+    assert!(
+        out.stderr.contains("bind mount of host path \"/etc\" at \"/host-etc\" is refused by profile `default` (a profile allows it with `bind_mounts = [\"/host-etc\"]`)"),
+        "{out:?}"
+    );
+    fx.assert_clean();
+}
+as_root_and_rootless!(host_bind_mount_refused: bind_refused_as_root, bind_refused_rootless);
+
+/// As root, two sandboxes at once run as different host uids, neither 0.
+#[test]
+fn root_sandboxes_get_distinct_host_uids() {
+    if !support::is_root() {
+        skip!("root_sandboxes_get_distinct_host_uids: needs root");
+    }
+    let fx = Fixture::new(Who::Root);
+    let b = fx.bundle("b", &["sleep", "1000"], |_| {});
+    let mut uids = Vec::new();
+    for id in ["a", "b"] {
+        fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), id])
+            .ok();
+        let pid = fx.run(["state", id]).ok().json()["pid"].as_i64().unwrap();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let uid: u32 = status
+            .lines()
+            .find(|l| l.starts_with("Uid:"))
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap();
+        uids.push(uid);
+    }
+    assert_ne!(uids[0], uids[1], "{uids:?}");
+    assert!(uids.iter().all(|u| *u >= 1_000_000_000), "{uids:?}");
+    for id in ["a", "b"] {
+        fx.run(["delete", "--force", id]).ok();
+    }
+    fx.assert_clean();
+}
+
+/// `runsbx harden` shows what would change, without creating anything.
+fn harden_dry_run(fx: Fixture) {
+    let b = fx.bundle("b", &["true"], |_| {});
+    let out = fx
+        .run(["harden", "--bundle", b.to_str().unwrap()])
+        .ok()
+        .json();
+    let fields: Vec<&str> = out["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["field"].as_str().unwrap())
+        .collect();
+    for f in ["linux.seccomp", "process.capabilities", "mounts[/proc]"] {
+        assert!(fields.contains(&f), "{f} not in {fields:?}");
+    }
+    assert!(out["attestation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l["layer"] == "seccomp_allowlist" && l["in_force"] == true));
+    assert_eq!(out["config"]["process"]["noNewPrivileges"], true);
+    fx.assert_clean();
+}
+as_root_and_rootless!(harden_dry_run: harden_as_root, harden_rootless);

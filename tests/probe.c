@@ -1,0 +1,144 @@
+/* The in-sandbox probe: reports what the sandbox lets a process do, as
+ * plain lines the integration tests assert on. Built static (gcc -static)
+ * into the busybox test rootfs by the tests themselves.
+ *
+ *   probe status            CapEff/CapBnd/NoNewPrivs/Seccomp lines
+ *   probe lo                "lo UP" or "lo DOWN" (ioctl, no netlink)
+ *   probe syscalls          "<name> <result>" for each forbidden syscall
+ *   probe connect IP PORT   "connect ok" or "connect <errno name>"
+ *   probe udp IP PORT       "udp ok" or "udp <errno name>"
+ *   probe write PATH        "write ok" or "write <errno name>"
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+static const char *ename(int e) {
+    switch (e) {
+    case EPERM: return "EPERM";
+    case EACCES: return "EACCES";
+    case ENOSYS: return "ENOSYS";
+    case EINVAL: return "EINVAL";
+    case EFAULT: return "EFAULT";
+    case EBADF: return "EBADF";
+    case ESRCH: return "ESRCH";
+    case ENOENT: return "ENOENT";
+    case EROFS: return "EROFS";
+    case ECONNREFUSED: return "ECONNREFUSED";
+    case ENETUNREACH: return "ENETUNREACH";
+    case EHOSTUNREACH: return "EHOSTUNREACH";
+    case ETIMEDOUT: return "ETIMEDOUT";
+    case EAFNOSUPPORT: return "EAFNOSUPPORT";
+    default: { static char buf[32]; snprintf(buf, sizeof buf, "errno%d", e); return buf; }
+    }
+}
+
+static void report(const char *name, long r) {
+    if (r < 0) printf("%s %s\n", name, ename(errno));
+    else printf("%s ALLOWED\n", name);
+}
+
+static int syscalls(void) {
+    report("mount", mount("none", "/tmp", "tmpfs", 0, NULL));
+    report("unshare_user", unshare(CLONE_NEWUSER));
+    report("unshare_net", unshare(CLONE_NEWNET));
+    report("setns", setns(0, 0));
+    report("ptrace_attach", ptrace(PTRACE_ATTACH, 1, NULL, NULL));
+    char buf[8];
+    struct iovec local = { buf, sizeof buf }, remote = { buf, sizeof buf };
+    report("process_vm_readv", syscall(SYS_process_vm_readv, 1, &local, 1, &remote, 1, 0));
+    report("bpf", syscall(SYS_bpf, 0, NULL, 0));
+    report("io_uring_setup", syscall(SYS_io_uring_setup, 1, NULL));
+    report("perf_event_open", syscall(SYS_perf_event_open, NULL, 0, -1, -1, 0));
+    report("userfaultfd", syscall(SYS_userfaultfd, 0));
+    report("keyctl", syscall(SYS_keyctl, 0, 0, 0, 0, 0));
+    report("add_key", syscall(SYS_add_key, "user", "x", "x", 1, 0));
+    report("init_module", syscall(SYS_init_module, NULL, 0, ""));
+    report("kexec_load", syscall(SYS_kexec_load, 0, 0, NULL, 0));
+    report("open_by_handle_at", syscall(SYS_open_by_handle_at, AT_FDCWD, NULL, 0));
+    report("socket_packet", socket(AF_PACKET, SOCK_RAW, 0));
+    report("socket_netlink", socket(AF_NETLINK, SOCK_RAW, 0));
+    report("socket_vsock", socket(40 /* AF_VSOCK */, SOCK_STREAM, 0));
+    report("socket_alg", socket(38 /* AF_ALG */, SOCK_SEQPACKET, 0));
+    report("socket_raw_inet", socket(AF_INET, SOCK_RAW, IPPROTO_ICMP));
+    report("tiocsti", ioctl(0, TIOCSTI, "x"));
+    return 0;
+}
+
+static int lo(void) {
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    struct ifreq req;
+    memset(&req, 0, sizeof req);
+    strcpy(req.ifr_name, "lo");
+    if (fd < 0 || ioctl(fd, SIOCGIFFLAGS, &req) < 0) { printf("lo %s\n", ename(errno)); return 1; }
+    printf("lo %s\n", (req.ifr_flags & IFF_UP) ? "UP" : "DOWN");
+    return 0;
+}
+
+static int status(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    if (!f) { printf("status %s\n", ename(errno)); return 1; }
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "CapEff:", 7) || !strncmp(line, "CapBnd:", 7) || !strncmp(line, "CapPrm:", 7) ||
+            !strncmp(line, "NoNewPrivs:", 11) || !strncmp(line, "Seccomp:", 8))
+            fputs(line, stdout);
+    return 0;
+}
+
+static int net(const char *kind, const char *ip, int port) {
+    int dgram = !strcmp(kind, "udp");
+    int v6 = strchr(ip, ':') != NULL;
+    int fd = socket(v6 ? AF_INET6 : AF_INET, dgram ? SOCK_DGRAM : SOCK_STREAM, 0);
+    if (fd < 0) { printf("%s %s\n", kind, ename(errno)); return 1; }
+    struct sockaddr_storage ss;
+    socklen_t len;
+    memset(&ss, 0, sizeof ss);
+    if (v6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6; a->sin6_port = htons(port); inet_pton(AF_INET6, ip, &a->sin6_addr); len = sizeof *a;
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET; a->sin_port = htons(port); inet_pton(AF_INET, ip, &a->sin_addr); len = sizeof *a;
+    }
+    if (dgram) {
+        if (sendto(fd, "x", 1, 0, (struct sockaddr *)&ss, len) < 0) { printf("udp %s\n", ename(errno)); return 1; }
+        printf("udp ok\n");
+        return 0;
+    }
+    if (connect(fd, (struct sockaddr *)&ss, len) < 0) { printf("connect %s\n", ename(errno)); return 1; }
+    printf("connect ok\n");
+    return 0;
+}
+
+static int do_write(const char *path) {
+    int fd = open(path, O_WRONLY | O_CREAT, 0644);
+    if (fd < 0 || write(fd, "x", 1) != 1) { printf("write %s\n", ename(errno)); return 1; }
+    printf("write ok\n");
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IONBF, 0);
+    if (argc >= 2 && !strcmp(argv[1], "status")) return status();
+    if (argc >= 2 && !strcmp(argv[1], "lo")) return lo();
+    if (argc >= 2 && !strcmp(argv[1], "syscalls")) return syscalls();
+    if (argc >= 4 && (!strcmp(argv[1], "connect") || !strcmp(argv[1], "udp"))) return net(argv[1], argv[2], atoi(argv[3]));
+    if (argc >= 3 && !strcmp(argv[1], "write")) return do_write(argv[2]);
+    fprintf(stderr, "usage: probe status|lo|syscalls|connect IP PORT|udp IP PORT|write PATH\n");
+    return 2;
+}
