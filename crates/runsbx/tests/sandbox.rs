@@ -279,3 +279,45 @@ fn harden_dry_run(fx: Fixture) {
     fx.assert_clean();
 }
 as_root_and_rootless!(harden_dry_run: harden_as_root, harden_rootless);
+
+/// Real programs work under the default profile's seccomp allowlist:
+/// Python 3 (threads, processes, sqlite, ssl), pip's resolver, coreutils.
+/// The image is the busybox rootfs plus the host's Python
+/// (tests/python-rootfs.sh).
+fn python_pip_coreutils_work(fx: Fixture) {
+    if !std::path::Path::new("/usr/share/python-wheels").exists() {
+        skip!("python3-pip is not installed (apt-get install python3-pip)");
+    }
+    let script = r#"
+import json, os, subprocess, sys, tempfile, threading, multiprocessing, sqlite3, hashlib, ssl
+out = subprocess.run(["/usr/bin/sort"], input=b"b\na\n", capture_output=True).stdout
+print("coreutils", out.decode().split(), subprocess.run(["/usr/bin/ls", "/usr/bin/python3"], capture_output=True).stdout.decode().strip())
+t = threading.Thread(target=lambda: None); t.start(); t.join()
+with multiprocessing.Pool(2) as p:
+    print("pool", p.map(abs, [-1, -2]))
+db = sqlite3.connect(":memory:"); print("sqlite", db.execute("select 6*7").fetchone()[0])
+with tempfile.TemporaryDirectory() as d:
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--ignore-installed",
+                        "--find-links", "/usr/share/python-wheels", "--target", d, "setuptools"],
+                       capture_output=True, text=True)
+    print("pip", r.returncode, "Would install setuptools" in r.stdout, r.stderr[-300:])
+"#;
+    let rootfs = support::python_rootfs();
+    let b = fx.bundle("b", &["/usr/bin/python3", "-c", script], |c| {
+        c["root"]["path"] = json!(rootfs.to_str().unwrap());
+        c["process"]["env"] = json!(["PATH=/usr/bin:/bin", "HOME=/tmp"]);
+    });
+    let mut cmd = fx.cmd(["run", "--bundle", b.to_str().unwrap(), "c1"]);
+    let out = support::output_within(&mut cmd, Duration::from_secs(120));
+    assert_eq!(out.code, 0, "{out:?}");
+    for want in [
+        "coreutils ['a', 'b'] /usr/bin/python3",
+        "pool [1, 2]",
+        "sqlite 42",
+        "pip 0 True",
+    ] {
+        assert!(out.stdout.contains(want), "{want:?} missing: {out:?}");
+    }
+    fx.assert_clean();
+}
+as_root_and_rootless!(python_pip_coreutils_work: python_as_root, python_rootless);

@@ -142,6 +142,26 @@ pub fn rootfs() -> &'static Path {
     })
 }
 
+/// The busybox rootfs plus the host's Python 3, pip and two coreutils
+/// (tests/python-rootfs.sh), shared by the tests that need real programs.
+pub fn python_rootfs() -> &'static Path {
+    static ROOTFS: OnceLock<PathBuf> = OnceLock::new();
+    ROOTFS.get_or_init(|| {
+        let dir = shared_dir().join("python-rootfs");
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/python-rootfs.sh");
+        let out = Out::of(
+            Command::new("bash")
+                .arg(&script)
+                .arg(rootfs())
+                .arg(&dir)
+                .output()
+                .unwrap(),
+        );
+        assert_eq!(out.code, 0, "{script:?}: {out:?}");
+        dir
+    })
+}
+
 /// A temporary directory, a state root in it, and who runs runsbx.
 pub struct Fixture {
     pub dir: tempfile::TempDir,
