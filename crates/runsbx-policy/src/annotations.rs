@@ -48,12 +48,13 @@ pub fn requested_limits(
             "runsbx.limits.nofile" => wanted.nofile = number()?,
             "runsbx.limits.nproc" => wanted.nproc = number()?,
             "runsbx.limits.cpu_seconds" => wanted.cpu_seconds = number()?,
+            "runsbx.limits.cpu_millis" => wanted.cpu_millis = number()?,
             "runsbx.limits.pids" => {
                 wanted.pids = i64::try_from(number()?).map_err(|_| bad("too large"))?
             }
             _ => {
                 return Err(bad(
-                    "unknown runsbx annotation (known: runsbx.profile, runsbx.limits.{memory,fsize,nofile,nproc,cpu_seconds,pids})",
+                    "unknown runsbx annotation (known: runsbx.profile, runsbx.limits.{memory,fsize,nofile,nproc,cpu_seconds,cpu_millis,pids})",
                 ))
             }
         }

@@ -65,6 +65,9 @@ pub struct Limits {
     pub core: Size,
     pub memory: Size,
     pub pids: i64,
+    /// CPU time per second of wall time, in thousandths of a CPU (cgroup
+    /// cpu quota over a 100 ms period).
+    pub cpu_millis: u64,
 }
 
 impl Default for Limits {
@@ -77,6 +80,7 @@ impl Default for Limits {
             core: Size(0),
             memory: Size(256 << 20),
             pids: 64,
+            cpu_millis: 500,
         }
     }
 }
@@ -92,6 +96,7 @@ impl Limits {
             core: Size(self.core.0.min(other.core.0)),
             memory: Size(self.memory.0.min(other.memory.0)),
             pids: self.pids.min(other.pids),
+            cpu_millis: self.cpu_millis.min(other.cpu_millis),
         }
     }
 }

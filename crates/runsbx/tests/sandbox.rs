@@ -321,3 +321,52 @@ with tempfile.TemporaryDirectory() as d:
     fx.assert_clean();
 }
 as_root_and_rootless!(python_pip_coreutils_work: python_as_root, python_rootless);
+
+/// As root, the profile's cgroup limits are applied (memory, pids, cpu), and
+/// a `runsbx.` annotation can only lower them.
+#[test]
+fn cgroup_limits_applied_as_root() {
+    if !support::is_root() {
+        skip!("cgroup_limits_applied_as_root: needs root");
+    }
+    let fx = Fixture::new(Who::Root);
+    let b = fx.bundle("b", &["sleep", "1000"], |c| {
+        c["annotations"] = json!({"runsbx.limits.memory": "64M", "runsbx.limits.pids": "100000"});
+    });
+    fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"])
+        .ok();
+    let pid = fx.run(["state", "c1"]).ok().json()["pid"].as_i64().unwrap();
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let read = |controller: &str, file: &str| {
+        let line = cgroups
+            .lines()
+            .find(|l| {
+                l.split(':')
+                    .nth(1)
+                    .is_some_and(|c| c.split(',').any(|x| x == controller))
+            })
+            .unwrap();
+        let dir = line.split(':').nth(1).unwrap();
+        let path = format!(
+            "/sys/fs/cgroup/{dir}{}/{file}",
+            line.split(':').nth(2).unwrap()
+        );
+        std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("{path}: {e}"))
+            .trim()
+            .to_owned()
+    };
+    assert_eq!(
+        read("memory", "memory.limit_in_bytes"),
+        (64u64 << 20).to_string()
+    );
+    assert_eq!(
+        read("pids", "pids.max"),
+        "256",
+        "the annotation may not raise the profile's pids limit"
+    );
+    assert_eq!(read("cpu", "cpu.cfs_quota_us"), "100000");
+    assert_eq!(read("cpu", "cpu.cfs_period_us"), "100000");
+    fx.run(["delete", "--force", "c1"]).ok();
+    fx.assert_clean();
+}

@@ -22,6 +22,25 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     memory.set_limit(Some(limit));
     resources.set_memory(Some(memory));
 
+    // CPU: a quota of cpu_millis per 100 ms period, or the spec's share
+    // when it is lower.
+    const PERIOD: u64 = 100_000;
+    let max_quota = i64::try_from(limits.cpu_millis.saturating_mul(PERIOD) / 1000)
+        .unwrap_or(i64::MAX)
+        .max(1000);
+    let mut cpu = resources.cpu().clone().unwrap_or_default();
+    let spec_quota = match (cpu.quota(), cpu.period()) {
+        (Some(q), Some(p)) if q > 0 && p > 0 => {
+            Some(i128::from(q) * i128::from(PERIOD) / i128::from(p))
+        }
+        _ => None,
+    };
+    let quota = spec_quota.map_or(max_quota, |q| {
+        i64::try_from(q).unwrap_or(i64::MAX).clamp(1000, max_quota)
+    });
+    cpu.set_quota(Some(quota)).set_period(Some(PERIOD));
+    resources.set_cpu(Some(cpu));
+
     let current = resources
         .pids()
         .as_ref()
@@ -36,13 +55,16 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
         cx.change(
             "linux.resources",
             format!(
-                "memory limit {} bytes, pids limit {}, or lower",
-                limit, limits.pids
+                "memory limit {limit} bytes, pids limit {}, cpu quota {quota}us per {PERIOD}us, or lower",
+                limits.pids
             ),
         );
     }
     let detail = if cx.host.cgroups {
-        format!("memory {limit} bytes, pids {}", limits.pids)
+        format!(
+            "memory {limit} bytes, pids {}, cpu {quota}us per {PERIOD}us",
+            limits.pids
+        )
     } else {
         "not applied: runsbx cannot manage cgroups here (rootless on cgroup v1); rlimits only"
             .to_owned()
