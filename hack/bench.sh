@@ -3,6 +3,9 @@
 # in the same run, and prints each median and the ratios. As root.
 #
 #   sudo hack/bench.sh [RUNS]       (default 100 runs each, after 5 warm-ups)
+#
+# BASELINE=/path/to/runsbx adds another runsbx build to the same run (for
+# example one built from an older commit, to measure a change's cost).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . hack/lib.sh
@@ -36,10 +39,18 @@ median_ms() {
 
 echo "run /bin/true, busybox bundle, $runs runs each (median, ms); $(nproc) cores, kernel $(uname -r)"
 declare -A med
-for rt in "$runsbx" "$(command -v runc)" "$(command -v crun)"; do
+runtimes=("$runsbx" "$(command -v runc)" "$(command -v crun)")
+if [ -n "${BASELINE:-}" ]; then
+    cp "$BASELINE" "$work/baseline"
+    runtimes+=("$work/baseline")
+fi
+for rt in "${runtimes[@]}"; do
     name=$(basename "$rt")
     med[$name]=$(median_ms "$rt")
-    printf '  %-7s %8s ms\n' "$name" "${med[$name]}"
+    printf '  %-9s %8s ms\n' "$name" "${med[$name]}"
 done
 awk -v s="${med[runsbx]}" -v r="${med[runc]}" -v c="${med[crun]}" \
     'BEGIN { printf "  runsbx/runc = %.2f   runsbx/crun = %.2f\n", s / r, s / c }'
+if [ -n "${BASELINE:-}" ]; then
+    awk -v s="${med[runsbx]}" -v b="${med[baseline]}" 'BEGIN { printf "  runsbx/baseline = %.2f\n", s / b }'
+fi
