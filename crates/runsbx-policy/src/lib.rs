@@ -15,7 +15,7 @@ pub mod verify;
 
 use serde::Serialize;
 
-pub use harden::{harden, harden_exec};
+pub use harden::{harden, harden_exec, is_bind_mount};
 pub use profile::{OperatorConfig, Profile};
 pub use verify::verify;
 

@@ -83,19 +83,7 @@ pub fn verify(spec: &Spec, profile: &Profile) -> Result<(), PolicyError> {
     if !proc_ok {
         return fail("/proc is not the profile's fresh procfs".into());
     }
-    let hooks = spec.hooks().as_ref().is_some_and(|h| {
-        [
-            h.prestart(),
-            h.create_runtime(),
-            h.create_container(),
-            h.start_container(),
-            h.poststart(),
-            h.poststop(),
-        ]
-        .iter()
-        .any(|x| x.as_ref().is_some_and(|v| !v.is_empty()))
-    });
-    if hooks && !profile.hooks {
+    if crate::harden::has_hooks(spec) && !profile.hooks {
         return fail("hooks are present".into());
     }
     Ok(())

@@ -101,10 +101,7 @@ pub fn absolutize(source: &Bundle) -> Spec {
     }
     if let Some(mounts) = spec.mounts_mut() {
         for m in mounts.iter_mut() {
-            let is_bind = m.typ().as_deref() == Some("bind")
-                || m.options()
-                    .as_ref()
-                    .is_some_and(|o| o.iter().any(|o| o == "bind" || o == "rbind"));
+            let is_bind = runsbx_policy::is_bind_mount(m);
             if let Some(src) = m.source().clone() {
                 if is_bind && src.is_relative() {
                     m.set_source(Some(source.dir.join(src)));

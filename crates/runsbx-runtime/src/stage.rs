@@ -88,11 +88,7 @@ pub fn prepare(key: &str, range: IdRange, spec: &mut Spec) -> Result<()> {
     }
     let mut mounts = spec.mounts().clone().unwrap_or_default();
     for (i, m) in mounts.iter_mut().enumerate() {
-        let bind = m.typ().as_deref() == Some("bind")
-            || m.options()
-                .iter()
-                .flatten()
-                .any(|o| o == "bind" || o == "rbind");
+        let bind = runsbx_policy::is_bind_mount(m);
         let Some(source) = m.source().clone().filter(|_| bind) else {
             continue;
         };

@@ -12,23 +12,6 @@ use std::time::{Duration, Instant};
 
 use support::{output_via_files, Fixture, Out, Who};
 
-/// podman's default ulimits (nofile and nproc 1048576) exceed this host's
-/// hard limits, and raising them needs CAP_SYS_RESOURCE, which this host
-/// lacks: give podman limits within the current hard ones.
-fn containers_conf(dir: &Path) -> PathBuf {
-    use nix::sys::resource::{getrlimit, Resource};
-    let (_, nofile) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
-    let (_, nproc) = getrlimit(Resource::RLIMIT_NPROC).unwrap();
-    let (nofile, nproc) = (nofile.min(4096), nproc.min(4096));
-    let path = dir.join("containers.conf");
-    fs::write(
-        &path,
-        format!("[containers]\ndefault_ulimits = [\"nofile={nofile}:{nofile}\", \"nproc={nproc}:{nproc}\"]\n"),
-    )
-    .unwrap();
-    path
-}
-
 /// A tar of the busybox rootfs, as `podman import` takes it.
 fn rootfs_tar(dir: &Path) -> PathBuf {
     let tar = dir.join("busybox.tar");
@@ -51,22 +34,18 @@ fn rootfs_tar(dir: &Path) -> PathBuf {
 /// has its own loopback; slirp4netns cannot open /dev/net/tun here).
 struct Podman<'a> {
     fx: &'a Fixture,
-    conf: PathBuf,
     xdg: PathBuf,
 }
 
 impl<'a> Podman<'a> {
     fn new(fx: &'a Fixture) -> Self {
-        let conf = containers_conf(fx.dir.path());
         let xdg = fx.dir.path().join("xdg");
         fs::create_dir_all(&xdg).unwrap();
         fs::set_permissions(&xdg, fs::Permissions::from_mode(0o700)).unwrap();
         if let Who::User(u) = &fx.who {
-            for p in [&xdg, &conf] {
-                nix::unistd::chown(p.as_path(), Some(u.uid.into()), Some(u.gid.into())).unwrap();
-            }
+            nix::unistd::chown(xdg.as_path(), Some(u.uid.into()), Some(u.gid.into())).unwrap();
         }
-        Self { fx, conf, xdg }
+        Self { fx, xdg }
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
@@ -87,7 +66,10 @@ impl<'a> Podman<'a> {
             .arg("--tmpdir")
             .arg(d.join("podman-tmp"))
             .args(args)
-            .env("CONTAINERS_CONF", &self.conf)
+            // podman's own defaults: its ulimits (nofile and nproc 1048576)
+            // exceed this host's hard limits, and runsbx lowers them to the
+            // profile's, so no containers.conf is needed.
+            .env_remove("CONTAINERS_CONF")
             .env("XDG_RUNTIME_DIR", &self.xdg);
         self.fx.as_who(&mut cmd);
         if let Who::User(u) = &self.fx.who {

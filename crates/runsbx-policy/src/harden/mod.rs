@@ -11,8 +11,10 @@ mod userns;
 
 use oci_spec::runtime::Spec;
 
-pub(crate) use mounts::{is_bind as is_bind_mount, ENGINE_FILES};
+pub use mounts::is_bind as is_bind_mount;
+pub(crate) use mounts::ENGINE_FILES;
 pub(crate) use namespaces::REQUIRED as REQUIRED_NAMESPACES;
+pub(crate) use reject::has_hooks;
 
 use crate::{Change, Hardened, HostFacts, Layer, PolicyError, Profile};
 
@@ -20,13 +22,7 @@ use crate::{Change, Hardened, HostFacts, Layer, PolicyError, Profile};
 /// allows on this host. It never widens: running it on its own output
 /// changes nothing.
 pub fn harden(spec: Spec, profile: &Profile, host: &HostFacts) -> Result<Hardened, PolicyError> {
-    let mut cx = Cx {
-        spec,
-        profile,
-        host,
-        changes: Vec::new(),
-        attestation: Vec::new(),
-    };
+    let mut cx = Cx::new(spec, profile, host);
     reject::apply(&mut cx)?; // hooks, extra devices
     namespaces::apply(&mut cx)?; // every namespace new; no joins; loopback-only network
     userns::apply(&mut cx)?; // container root = caller (rootless) or an unprivileged range
@@ -53,13 +49,7 @@ pub fn harden_exec(
 ) -> Result<oci_spec::runtime::Process, PolicyError> {
     let mut spec = container.clone();
     spec.set_process(Some(process));
-    let mut cx = Cx {
-        spec,
-        profile,
-        host,
-        changes: Vec::new(),
-        attestation: Vec::new(),
-    };
+    let mut cx = Cx::new(spec, profile, host);
     process::apply(&mut cx)?;
     userns::check_mapped(&cx)?;
     cx.spec
@@ -77,7 +67,17 @@ pub(crate) struct Cx<'a> {
     pub attestation: Vec<Layer>,
 }
 
-impl Cx<'_> {
+impl<'a> Cx<'a> {
+    fn new(spec: Spec, profile: &'a Profile, host: &'a HostFacts) -> Self {
+        Self {
+            spec,
+            profile,
+            host,
+            changes: Vec::new(),
+            attestation: Vec::new(),
+        }
+    }
+
     pub fn change(&mut self, field: impl Into<String>, reason: impl Into<String>) {
         self.changes.push(Change {
             field: field.into(),

@@ -171,7 +171,8 @@ fn tmpfs(dest: &Path, size: u64) -> Result<Mount, PolicyError> {
         .map_err(|e| PolicyError::Internal(e.to_string()))
 }
 
-pub(crate) fn is_bind(m: &Mount) -> bool {
+/// Whether a mount binds a host path (by type or by option).
+pub fn is_bind(m: &Mount) -> bool {
     m.typ().as_deref() == Some("bind")
         || m.options()
             .iter()

@@ -5,20 +5,8 @@ use crate::PolicyError;
 
 pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     // Hooks run host programs, as the runtime's user, outside the sandbox.
-    if let Some(hooks) = cx.spec.hooks() {
-        let any = [
-            hooks.prestart(),
-            hooks.create_runtime(),
-            hooks.create_container(),
-            hooks.start_container(),
-            hooks.poststart(),
-            hooks.poststop(),
-        ]
-        .iter()
-        .any(|h| h.as_ref().is_some_and(|v| !v.is_empty()));
-        if any && !cx.profile.hooks {
-            return Err(cx.refused("an OCI hook (config.json `hooks`)", "hooks = true"));
-        }
+    if has_hooks(&cx.spec) && !cx.profile.hooks {
+        return Err(cx.refused("an OCI hook (config.json `hooks`)", "hooks = true"));
     }
     // Extra device nodes (a GPU, /dev/kvm, a disk) are host attack surface;
     // the default set (null, zero, full, random, urandom, tty, ptmx) is
@@ -32,4 +20,20 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
         );
     }
     Ok(())
+}
+
+/// Whether the spec has any OCI hook.
+pub(crate) fn has_hooks(spec: &oci_spec::runtime::Spec) -> bool {
+    spec.hooks().as_ref().is_some_and(|h| {
+        [
+            h.prestart(),
+            h.create_runtime(),
+            h.create_container(),
+            h.start_container(),
+            h.poststart(),
+            h.poststop(),
+        ]
+        .iter()
+        .any(|x| x.as_ref().is_some_and(|v| !v.is_empty()))
+    })
 }
