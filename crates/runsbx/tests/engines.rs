@@ -82,6 +82,17 @@ impl<'a> Podman<'a> {
     fn run(&self, args: &[&str]) -> Out {
         output_via_files(&mut self.cmd(args))
     }
+
+    /// `localhost/runsbx-busybox:test`, imported from a tar of the test rootfs.
+    fn import_busybox(&self) {
+        let tar = rootfs_tar(self.fx.dir.path());
+        self.run(&[
+            "import",
+            tar.to_str().unwrap(),
+            "localhost/runsbx-busybox:test",
+        ])
+        .ok();
+    }
 }
 
 impl Drop for Podman<'_> {
@@ -114,14 +125,7 @@ fn podman_runs_runsbx(fx: Fixture) {
         skip!("podman is not installed (apt-get install podman)");
     }
     let podman = Podman::new(&fx);
-    let tar = rootfs_tar(fx.dir.path());
-    podman
-        .run(&[
-            "import",
-            tar.to_str().unwrap(),
-            "localhost/runsbx-busybox:test",
-        ])
-        .ok();
+    podman.import_busybox();
     let log = fx.dir.path().join("runsbx.log");
     if let Who::User(u) = &fx.who {
         fs::write(&log, "").unwrap();
@@ -314,14 +318,7 @@ fn containerd_runs_runsbx() {
     let fx = Fixture::new(Who::Root);
     // An image archive to import: podman's docker-archive of the rootfs.
     let podman = Podman::new(&fx);
-    let tar = rootfs_tar(fx.dir.path());
-    podman
-        .run(&[
-            "import",
-            tar.to_str().unwrap(),
-            "localhost/runsbx-busybox:test",
-        ])
-        .ok();
+    podman.import_busybox();
     let archive = fx.dir.path().join("image.tar");
     podman
         .run(&[
