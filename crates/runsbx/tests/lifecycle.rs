@@ -51,11 +51,10 @@ fn run_forwards_signals(fx: Fixture) {
     let script = "trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done";
     let b = fx.bundle("b", &["sh", "-c", script], |_| {});
     let mut cmd = fx.cmd(["run", "--bundle", b.to_str().unwrap(), "c1"]);
-    let child = cmd
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = support::spawn(
+        cmd.stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped()),
+    );
     fx.wait_status("c1", "running");
     // The trap is set once "ready" would be printed; give sh that moment.
     std::thread::sleep(Duration::from_millis(200));

@@ -109,10 +109,9 @@ pub fn rootfs() -> &'static Path {
             .find(|p| Path::new(p).exists())
             .expect("busybox-static is installed (apt-get install busybox-static)");
         fs::copy(busybox, bin.join("busybox")).unwrap();
-        let list = Command::new(bin.join("busybox"))
-            .arg("--list")
-            .output()
-            .unwrap();
+        // The original, not the copy: another test thread forking while the
+        // copy's fd is open would make exec of the copy fail with ETXTBSY.
+        let list = Command::new(busybox).arg("--list").output().unwrap();
         for applet in String::from_utf8_lossy(&list.stdout).lines() {
             if applet != "busybox" {
                 let _ = symlink("busybox", bin.join(applet));
@@ -378,16 +377,34 @@ impl Out {
     }
 }
 
+/// Runs `cmd`, retrying while its binary is "busy": a test thread that
+/// forks while another copies the binary (the runsbx copy in the shared
+/// directory) holds a write fd to it until its child execs.
+fn status_retrying_etxtbsy(cmd: &mut Command) -> std::process::ExitStatus {
+    spawn(cmd).wait().unwrap()
+}
+
+/// Spawns `cmd`, retrying on ETXTBSY (see `status_retrying_etxtbsy`).
+pub fn spawn(cmd: &mut Command) -> std::process::Child {
+    for _ in 0..100 {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(nix::libc::ETXTBSY) => {
+                std::thread::sleep(Duration::from_millis(10))
+            }
+            other => return other.unwrap(),
+        }
+    }
+    panic!("{cmd:?}: still ETXTBSY after 1 s");
+}
+
 /// Runs `cmd` to its end with stdout and stderr sent to files.
 pub fn output_via_files(cmd: &mut Command) -> Out {
     let out = tempfile::tempfile().unwrap();
     let err = tempfile::tempfile().unwrap();
-    let status = cmd
-        .stdin(Stdio::null())
+    cmd.stdin(Stdio::null())
         .stdout(out.try_clone().unwrap())
-        .stderr(err.try_clone().unwrap())
-        .status()
-        .unwrap();
+        .stderr(err.try_clone().unwrap());
+    let status = status_retrying_etxtbsy(cmd);
     let read = |mut f: fs::File| {
         use std::io::{Read, Seek};
         let mut s = String::new();
@@ -407,12 +424,11 @@ pub fn output_via_files(cmd: &mut Command) -> Out {
 
 /// Runs `cmd` and fails the test if it has not ended within `limit`.
 pub fn output_within(cmd: &mut Command, limit: Duration) -> Out {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn(
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     let deadline = Instant::now() + limit;
     loop {
         if child.try_wait().unwrap().is_some() {
