@@ -31,19 +31,7 @@ fn layers_in_force(fx: Fixture) {
     );
     let out = fx.run(["run", "--bundle", b.to_str().unwrap(), "c1"]);
     assert_eq!(out.code, 0, "{out:?}");
-    for line in [
-        "CapEff:\t0000000000000000",
-        "CapBnd:\t0000000000000000",
-        "CapPrm:\t0000000000000000",
-        "NoNewPrivs:\t1",
-        "Seccomp:\t2",
-        "lo UP",
-    ] {
-        assert!(
-            out.stdout.lines().any(|l| l == line),
-            "{line:?} missing: {out:?}"
-        );
-    }
+    support::assert_hardened(&out);
     // Every forbidden syscall was tried, and refused with EPERM.
     for name in [
         "mount",

@@ -345,6 +345,24 @@ impl Drop for Fixture {
     }
 }
 
+/// Asserts the lines `probe status; probe lo` print in a hardened sandbox:
+/// no capabilities, no_new_privs, seccomp filter mode, lo up.
+pub fn assert_hardened(out: &Out) {
+    for line in [
+        "CapEff:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+        "CapPrm:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+        "lo UP",
+    ] {
+        assert!(
+            out.stdout.lines().any(|l| l == line),
+            "{line:?} missing: {out:?}"
+        );
+    }
+}
+
 /// A finished command: exit code and text output.
 #[derive(Debug)]
 pub struct Out {
