@@ -16,9 +16,10 @@ pub mod exit {
     pub const USAGE: i32 = 2;
     /// An input was invalid: a container id, a bundle, config.json, a signal.
     pub const INVALID_INPUT: i32 = 3;
-    /// No container has that id.
+    /// No container has that id, or no image that name.
     pub const NOT_FOUND: i32 = 4;
-    /// The container exists already, or is in the wrong state for the operation.
+    /// The container or image exists already, or the container is in the
+    /// wrong state for the operation.
     pub const CONFLICT: i32 = 5;
     /// The operation needs what this host or mode cannot give (a cgroup,
     /// when rootless on cgroup v1).
@@ -59,6 +60,19 @@ pub enum RuntimeError {
         op: &'static str,
     },
 
+    #[error(
+        "image `{name}` not found (searched {}); `runsbx image ls` lists the images; \
+         make one with `sudo runsbx image build python` or `runsbx image import FILE --name {name}`",
+        crate::image::display_dirs(.searched)
+    )]
+    ImageNotFound {
+        name: String,
+        searched: Vec<PathBuf>,
+    },
+
+    #[error("image `{name}` already exists at {path:?} (pass --replace to replace it, or `runsbx image rm {name}` first)")]
+    ImageExists { name: String, path: PathBuf },
+
     #[error("{what}: {reason}")]
     Unsupported { what: String, reason: String },
 
@@ -96,8 +110,10 @@ impl RuntimeError {
             Self::InvalidId { .. } | Self::Bundle { .. } | Self::InvalidArgument { .. } => {
                 exit::INVALID_INPUT
             }
-            Self::NotFound { .. } => exit::NOT_FOUND,
-            Self::Exists { .. } | Self::WrongState { .. } => exit::CONFLICT,
+            Self::NotFound { .. } | Self::ImageNotFound { .. } => exit::NOT_FOUND,
+            Self::Exists { .. } | Self::WrongState { .. } | Self::ImageExists { .. } => {
+                exit::CONFLICT
+            }
             Self::Unsupported { .. } => exit::UNSUPPORTED,
             Self::Policy(e) => match e {
                 runsbx_policy::PolicyError::Refused { .. } => exit::REFUSED,

@@ -10,6 +10,7 @@ pub mod exec;
 mod exec_guard;
 pub mod features;
 pub mod host;
+pub mod image;
 pub mod lifecycle;
 mod netns;
 pub mod policy;

@@ -55,6 +55,11 @@ pub enum Command {
     Harden(Harden),
     /// Diagnose this host: which isolation layers runsbx can apply here
     Check,
+    /// Manage the local images runsbx call runs on
+    Image {
+        #[command(subcommand)]
+        cmd: crate::image_cmd::ImageCmd,
+    },
     #[command(flatten)]
     Standard(liboci_cli::StandardCmd),
     #[command(flatten)]

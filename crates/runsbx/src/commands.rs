@@ -25,6 +25,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
                 "config": hardened.spec,
             }))?;
         }
+        Command::Image { cmd } => return crate::image_cmd::run(cmd),
         Command::Check => {
             let findings = check::host();
             let mut out = std::io::stdout().lock();

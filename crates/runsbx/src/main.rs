@@ -3,6 +3,7 @@
 
 mod cli;
 mod commands;
+mod image_cmd;
 mod logging;
 
 use clap::Parser;
