@@ -26,6 +26,18 @@ pub fn parse(text: &str) -> Result<Signal> {
     Signal::from_str(&name).map_err(|_| bad())
 }
 
+/// Gives SIGPIPE back its default action. Rust's runtime ignores it at
+/// startup, and an ignored signal stays ignored across fork and exec: every
+/// container runsbx starts would inherit that, and `yes | head` in a
+/// sandbox would spin on EPIPE forever instead of ending. Called first
+/// thing in main, before any container exists.
+pub fn restore_default_sigpipe() {
+    // SAFETY: setting a signal's disposition to its default installs no
+    // handler; nothing runs on another thread yet.
+    let _ =
+        unsafe { nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,6 +1,7 @@
 //! runsbx: parse the command line, call one runtime function, map the
 //! result to an exit code. The work is in `runsbx-runtime`.
 
+mod call_cmd;
 mod cli;
 mod commands;
 mod image_cmd;
@@ -11,6 +12,7 @@ use clap::Parser;
 use runsbx_runtime::{exit, RuntimeError};
 
 fn main() {
+    runsbx_runtime::signal::restore_default_sigpipe();
     let cli = cli::Cli::parse();
     let logs_to_file = cli.global.log.is_some();
     let code = match run(cli) {
