@@ -38,6 +38,12 @@ pub struct HostFacts {
     pub cgroups: bool,
     /// procfs takes `subset=pid` (Linux 5.8+).
     pub proc_subset: bool,
+    /// For `runsbx call`: a directory the runtime made for this sandbox
+    /// alone, a fresh tmpfs of the profile's `/workspace` size, holding the
+    /// call's inputs. It is bound read-write at `/workspace` in place of the
+    /// profile's tmpfs, so that inputs can be put in and outputs taken out
+    /// from the host side. Never set from a spec or an annotation.
+    pub call_workspace: Option<std::path::PathBuf>,
 }
 
 /// A range of host ids: `size` ids from `base`.

@@ -6,10 +6,12 @@ use std::path::Path;
 
 use oci_spec::runtime::Spec;
 
-use crate::harden::{is_bind_mount, ENGINE_FILES, REQUIRED_NAMESPACES};
-use crate::{PolicyError, Profile};
+use crate::harden::{
+    is_bind_mount, ENGINE_FILES, REQUIRED_NAMESPACES, WORKSPACE, WORKSPACE_OPTIONS,
+};
+use crate::{HostFacts, PolicyError, Profile};
 
-pub fn verify(spec: &Spec, profile: &Profile) -> Result<(), PolicyError> {
+pub fn verify(spec: &Spec, profile: &Profile, host: &HostFacts) -> Result<(), PolicyError> {
     let fail = |what: String| Err(PolicyError::Verify(what));
     let Some(linux) = spec.linux() else {
         return fail("no linux section".into());
@@ -60,7 +62,19 @@ pub fn verify(spec: &Spec, profile: &Profile) -> Result<(), PolicyError> {
     }
     for m in spec.mounts().iter().flatten() {
         let dest = m.destination();
-        if is_bind_mount(m) {
+        if is_bind_mount(m) && dest == Path::new(WORKSPACE) && host.call_workspace.is_some() {
+            // The call's own tmpfs: exactly that source, never suid or dev.
+            let options = m.options().clone().unwrap_or_default();
+            if m.source() != &host.call_workspace
+                || !WORKSPACE_OPTIONS
+                    .iter()
+                    .all(|o| options.iter().any(|x| x == o))
+            {
+                return fail(format!(
+                    "the bind at {dest:?} is not the call's own workspace"
+                ));
+            }
+        } else if is_bind_mount(m) {
             let allowed = ENGINE_FILES.iter().any(|f| Path::new(f) == dest)
                 || profile.bind_mounts.iter().any(|b| b == dest);
             let ro = m.options().iter().flatten().any(|o| o == "ro");

@@ -111,6 +111,7 @@ pub fn host_facts(id_range: Option<IdRange>) -> HostFacts {
         seccomp: fs::read_to_string("/proc/self/status").is_ok_and(|s| s.contains("\nSeccomp:")),
         cgroups: host::can_manage_cgroups(),
         proc_subset: kernel_at_least(5, 8),
+        call_workspace: None,
     }
 }
 
@@ -138,11 +139,19 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
 }
 
 /// Hardens and verifies `spec` for container `id`.
-pub fn apply(policy: &Policy, spec: Spec, id_range: Option<IdRange>) -> Result<Hardened> {
+pub fn apply(
+    policy: &Policy,
+    spec: Spec,
+    id_range: Option<IdRange>,
+    call_workspace: Option<&Path>,
+) -> Result<Hardened> {
     let profile = policy.profile_for(&spec)?;
-    let host = host_facts(id_range);
+    let host = HostFacts {
+        call_workspace: call_workspace.map(Path::to_path_buf),
+        ..host_facts(id_range)
+    };
     let hardened = harden(spec, &profile, &host).map_err(policy_err)?;
-    verify(&hardened.spec, &profile).map_err(policy_err)?;
+    verify(&hardened.spec, &profile, &host).map_err(policy_err)?;
     Ok(hardened)
 }
 

@@ -12,7 +12,7 @@ mod userns;
 use oci_spec::runtime::Spec;
 
 pub use mounts::is_bind as is_bind_mount;
-pub(crate) use mounts::ENGINE_FILES;
+pub(crate) use mounts::{ENGINE_FILES, WORKSPACE, WORKSPACE_OPTIONS};
 pub(crate) use namespaces::REQUIRED as REQUIRED_NAMESPACES;
 pub(crate) use reject::has_hooks;
 

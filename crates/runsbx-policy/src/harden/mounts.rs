@@ -19,6 +19,13 @@ pub(crate) const ENGINE_FILES: &[&str] = &[
     "/dev/termination-log",
 ];
 
+/// Where a tool call's working directory is.
+pub(crate) const WORKSPACE: &str = "/workspace";
+
+/// Options of the bind of a call's workspace: writable (it is the call's
+/// scratch space), but never a way to gain privilege or reach a device.
+pub(crate) const WORKSPACE_OPTIONS: &[&str] = &["bind", "rw", "nosuid", "nodev"];
+
 /// Options every allowed bind mount gets, and the ones it loses.
 const BIND_FORCED: &[&str] = &["ro", "nosuid", "nodev", "noexec"];
 const BIND_DROPPED: &[&str] = &["rw", "suid", "dev", "exec", "rbind", "shared", "rshared"];
@@ -41,7 +48,10 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
         }
     }
     for (dest, size) in &cx.profile.tmpfs {
-        kept.push(tmpfs(dest, size.0)?);
+        match &cx.host.call_workspace {
+            Some(source) if dest == Path::new(WORKSPACE) => kept.push(workspace_bind(source)?),
+            _ => kept.push(tmpfs(dest, size.0)?),
+        }
     }
     if kept != old {
         describe_changes(cx, &old, &kept);
@@ -56,15 +66,18 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
         .filter(|m| is_bind(m))
         .map(|m| m.destination().display().to_string())
         .collect();
-    cx.attest(
-        "no_host_mounts",
-        binds.iter().all(|d| ENGINE_FILES.contains(&d.as_str())),
-        if binds.is_empty() {
-            "no host path is mounted".to_owned()
-        } else {
-            format!("read-only binds: {}", binds.join(", "))
-        },
-    );
+    let engine_only = binds
+        .iter()
+        .all(|d| ENGINE_FILES.contains(&d.as_str()) || is_call_workspace(cx.host, d));
+    let detail = match (binds.is_empty(), cx.host.call_workspace.is_some()) {
+        (true, _) => "no host path is mounted".to_owned(),
+        (false, true) => format!(
+            "binds: {} (/workspace is this call's own fresh tmpfs)",
+            binds.join(", ")
+        ),
+        (false, false) => format!("read-only binds: {}", binds.join(", ")),
+    };
+    cx.attest("no_host_mounts", engine_only, detail);
     Ok(())
 }
 
@@ -169,6 +182,28 @@ fn tmpfs(dest: &Path, size: u64) -> Result<Mount, PolicyError> {
         .options(options)
         .build()
         .map_err(|e| PolicyError::Internal(e.to_string()))
+}
+
+/// The bind of `runsbx call`'s own workspace tmpfs at /workspace. It takes
+/// the place of the profile's /workspace tmpfs and has its size (the
+/// runtime mounted it so); see [`crate::HostFacts::call_workspace`].
+fn workspace_bind(source: &Path) -> Result<Mount, PolicyError> {
+    MountBuilder::default()
+        .destination(PathBuf::from(WORKSPACE))
+        .typ("bind")
+        .source(source.to_path_buf())
+        .options(
+            WORKSPACE_OPTIONS
+                .iter()
+                .map(|o| (*o).to_owned())
+                .collect::<Vec<_>>(),
+        )
+        .build()
+        .map_err(|e| PolicyError::Internal(e.to_string()))
+}
+
+fn is_call_workspace(host: &crate::HostFacts, dest: &str) -> bool {
+    host.call_workspace.is_some() && dest == WORKSPACE
 }
 
 /// Whether a mount binds a host path (by type or by option).

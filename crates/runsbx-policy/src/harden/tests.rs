@@ -24,6 +24,7 @@ fn as_root() -> HostFacts {
         seccomp: true,
         cgroups: true,
         proc_subset: true,
+        call_workspace: None,
     }
 }
 
@@ -75,7 +76,7 @@ fn golden_podman_and_containerd_specs() {
         for (mode, host) in [("root", as_root()), ("rootless", rootless())] {
             let input = load(&format!("{engine}.json"));
             let out = harden(input, &profile(), &host).unwrap();
-            verify(&out.spec, &profile()).unwrap();
+            verify(&out.spec, &profile(), &host).unwrap();
             let value = serde_json::json!({
                 "changes": out.changes,
                 "attestation": out.attestation,
@@ -362,7 +363,7 @@ proptest! {
             Err(PolicyError::Refused { .. }) => {}
             Err(e) => prop_assert!(false, "unexpected error {e}"),
             Ok(out) => {
-                verify(&out.spec, &p).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                verify(&out.spec, &p, &host).map_err(|e| TestCaseError::fail(e.to_string()))?;
                 let process = out.spec.process().as_ref().unwrap();
                 let caps = process.capabilities().as_ref().unwrap();
                 for set in [caps.bounding(), caps.effective(), caps.permitted(), caps.inheritable(), caps.ambient()] {
@@ -399,4 +400,82 @@ fn seccomp_json_is_current() {
         std::fs::read_to_string(&path).unwrap_or_default() == json,
         "bundles/seccomp/default.json is stale: RUNSBX_BLESS=1 cargo test -p runsbx-policy regenerates it"
     );
+}
+
+fn with_workspace(host: HostFacts) -> HostFacts {
+    HostFacts {
+        call_workspace: Some(PathBuf::from("/run/runsbx/@calls/c1/workspace")),
+        ..host
+    }
+}
+
+#[test]
+fn a_call_workspace_replaces_the_workspace_tmpfs_and_nothing_else() {
+    for host in [with_workspace(as_root()), with_workspace(rootless())] {
+        let out = harden(load("podman.json"), &profile(), &host).unwrap();
+        verify(&out.spec, &profile(), &host).unwrap();
+        let mounts = out.spec.mounts().clone().unwrap();
+        let ws: Vec<_> = mounts
+            .iter()
+            .filter(|m| m.destination() == Path::new("/workspace"))
+            .collect();
+        assert_eq!(ws.len(), 1, "{ws:?}");
+        assert_eq!(ws[0].source(), &host.call_workspace);
+        let options = ws[0].options().clone().unwrap();
+        for o in ["rw", "nosuid", "nodev"] {
+            assert!(options.iter().any(|x| x == o), "{options:?}");
+        }
+        // /tmp and /dev/shm stay the profile's own tmpfs.
+        for dest in ["/tmp", "/dev/shm"] {
+            let m = mounts
+                .iter()
+                .find(|m| m.destination() == Path::new(dest))
+                .unwrap();
+            assert_eq!(m.typ().as_deref(), Some("tmpfs"), "{dest}");
+        }
+        let again = harden(out.spec.clone(), &profile(), &host).unwrap();
+        assert_eq!(again.spec, out.spec, "idempotent");
+    }
+}
+
+#[test]
+fn verify_refuses_a_workspace_bind_that_is_not_the_calls_own() {
+    let host = with_workspace(as_root());
+    let mut out = harden(load("podman.json"), &profile(), &host).unwrap();
+    let mut mounts = out.spec.mounts().clone().unwrap();
+    for m in mounts.iter_mut() {
+        if m.destination() == Path::new("/workspace") {
+            m.set_source(Some(PathBuf::from("/home/agent")));
+        }
+    }
+    out.spec.set_mounts(Some(mounts));
+    assert!(matches!(
+        verify(&out.spec, &profile(), &host),
+        Err(PolicyError::Verify(_))
+    ));
+    // Without a call workspace, no writable bind passes at all.
+    let ok = harden(load("podman.json"), &profile(), &host).unwrap();
+    assert!(verify(&ok.spec, &profile(), &host).is_ok());
+    assert!(verify(&ok.spec, &profile(), &as_root()).is_err());
+}
+
+#[test]
+fn a_spec_cannot_bring_its_own_workspace_bind() {
+    // Even with a call workspace in force, a spec's bind at /workspace is
+    // replaced by the runtime's, never kept.
+    let host = with_workspace(as_root());
+    let mut spec = load("podman.json");
+    let mut mounts = spec.mounts().clone().unwrap();
+    mounts.push(
+        MountBuilder::default()
+            .destination("/workspace")
+            .typ("bind")
+            .source("/home/agent/.ssh")
+            .options(vec!["rbind".to_owned(), "rw".to_owned()])
+            .build()
+            .unwrap(),
+    );
+    spec.set_mounts(Some(mounts));
+    let out = harden(spec, &profile(), &host).unwrap();
+    assert!(!serde_json::to_string(&out.spec).unwrap().contains(".ssh"));
 }
