@@ -565,6 +565,7 @@ impl Staging {
         // the container's `/`.
         fs::set_permissions(&rootfs, fs::Permissions::from_mode(0o755))
             .map_err(|e| RuntimeError::io(format!("chmod {rootfs:?}"), e))?;
+        make_mount_points(&rootfs)?;
         let json = ImageJson {
             name: self.name.clone(),
             source,
@@ -642,3 +643,24 @@ fn progress(msg: &str) {
 
 #[cfg(test)]
 mod tests;
+
+/// Where a sandbox mounts its own filesystems. The image is read-only and,
+/// for an unprivileged caller, owned by someone else: the mount points must
+/// exist before any sandbox runs on it. Made inside the root (a symlink in
+/// the image cannot send them elsewhere).
+const MOUNT_POINTS: &[&str] = &["/proc", "/dev", "/sys", "/tmp", "/workspace"];
+
+fn make_mount_points(rootfs: &Path) -> Result<()> {
+    let root = pathrs::Root::open(rootfs)
+        .map_err(|e| RuntimeError::invalid(format!("open the rootfs {rootfs:?}"), e.to_string()))?;
+    for dir in MOUNT_POINTS {
+        if root.resolve(dir).is_ok() {
+            continue;
+        }
+        root.mkdir_all(dir, &fs::Permissions::from_mode(0o755))
+            .map_err(|e| {
+                RuntimeError::invalid(format!("create {dir} in the image"), e.to_string())
+            })?;
+    }
+    Ok(())
+}
