@@ -8,6 +8,7 @@
  *   probe connect IP PORT   "connect ok" or "connect <errno name>"
  *   probe udp IP PORT       "udp ok" or "udp <errno name>"
  *   probe write PATH        "write ok" or "write <errno name>"
+ *   probe segv              dies of a real SIGSEGV (exit status checks)
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -139,6 +140,8 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "syscalls")) return syscalls();
     if (argc >= 4 && (!strcmp(argv[1], "connect") || !strcmp(argv[1], "udp"))) return net(argv[1], argv[2], atoi(argv[3]));
     if (argc >= 3 && !strcmp(argv[1], "write")) return do_write(argv[2]);
-    fprintf(stderr, "usage: probe status|lo|syscalls|connect IP PORT|udp IP PORT|write PATH\n");
+    /* A real fault: the kernel's SIGSEGV ends even a pid namespace's init. */
+    if (argc >= 2 && !strcmp(argv[1], "segv")) return *(volatile int *)0;
+    fprintf(stderr, "usage: probe status|lo|syscalls|connect IP PORT|udp IP PORT|write PATH|segv\n");
     return 2;
 }

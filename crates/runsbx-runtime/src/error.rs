@@ -79,6 +79,12 @@ pub enum RuntimeError {
     #[error(transparent)]
     Policy(runsbx_policy::PolicyError),
 
+    #[error("command `{command}` not found in the image (searched PATH={searched}); give a path, or use an image that has it")]
+    CommandNotFound { command: String, searched: String },
+
+    #[error("command `{command}` is not an executable file in the image ({path:?})")]
+    CommandNotExecutable { command: String, path: PathBuf },
+
     #[error("{op} container `{id}`")]
     Container {
         op: &'static str,
@@ -114,6 +120,8 @@ impl RuntimeError {
             Self::Exists { .. } | Self::WrongState { .. } | Self::ImageExists { .. } => {
                 exit::CONFLICT
             }
+            Self::CommandNotFound { .. } => exit::NOT_FOUND,
+            Self::CommandNotExecutable { .. } => exit::INVALID_INPUT,
             Self::Unsupported { .. } => exit::UNSUPPORTED,
             Self::Policy(e) => match e {
                 runsbx_policy::PolicyError::Refused { .. } => exit::REFUSED,

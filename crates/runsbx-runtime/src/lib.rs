@@ -3,6 +3,7 @@
 //! (through libcontainer and nix) and keeps the state.
 
 pub mod bundle;
+pub mod call;
 mod cgroupless;
 pub mod check;
 pub mod error;

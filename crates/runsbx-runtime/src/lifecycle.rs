@@ -1,5 +1,6 @@
 //! create, start, run, kill, delete, pause, resume.
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use libcontainer::container::builder::ContainerBuilder;
@@ -182,14 +183,53 @@ fn build(
     id: &str,
     opts: &CreateOptions,
     detach: bool,
-    _lock: &IdLock,
+    lock: &IdLock,
 ) -> Result<Container> {
     if root.container_dir(id).exists() {
         return Err(RuntimeError::Exists { id: id.to_owned() });
     }
     let source = bundle::load(&opts.bundle)?;
     let policy = Policy::load(opts.config.as_deref())?;
-    let result = build_from(root, id, &source, opts, detach, &policy);
+    build_or_clean(root, id, &source, opts, detach, &policy, None, lock)
+}
+
+/// What `runsbx call` adds to a create: the container's stdio, the
+/// workspace it made, and a step between hardening and building (to give
+/// the workspace to the sandbox's root).
+pub(crate) struct CallParts<'a> {
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    pub workspace: Option<&'a Path>,
+    pub prepare: &'a mut dyn FnMut(&Spec) -> Result<()>,
+}
+
+/// Creates the container of a `runsbx call` from a spec made in memory
+/// (`source.dir` is the call's own directory).
+pub(crate) fn create_for_call(
+    root: &StateRoot,
+    id: &str,
+    source: &bundle::Bundle,
+    policy: &Policy,
+    parts: CallParts<'_>,
+    lock: &IdLock,
+) -> Result<Container> {
+    let opts = CreateOptions::default();
+    build_or_clean(root, id, source, &opts, false, policy, Some(parts), lock)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build_or_clean(
+    root: &StateRoot,
+    id: &str,
+    source: &bundle::Bundle,
+    opts: &CreateOptions,
+    detach: bool,
+    policy: &Policy,
+    call: Option<CallParts<'_>>,
+    _lock: &IdLock,
+) -> Result<Container> {
+    let result = build_from(root, id, source, opts, detach, policy, call);
     if result.is_err() {
         // libcontainer cleans up after most failures; make sure no state,
         // staged mount, id range or process outlives a failed create.
@@ -217,7 +257,7 @@ pub fn harden_bundle(bundle: &Path, config: Option<&Path>) -> Result<runsbx_poli
         base: policy.config.uid_base,
         size: policy.config.uid_range_size,
     });
-    policy::apply(&policy, bundle::absolutize(&source), range)
+    policy::apply(&policy, bundle::absolutize(&source), range, None)
 }
 
 fn build_from(
@@ -227,6 +267,7 @@ fn build_from(
     opts: &CreateOptions,
     detach: bool,
     policy: &Policy,
+    mut call: Option<CallParts<'_>>,
 ) -> Result<Container> {
     // As real root, the sandbox's ids are an unprivileged range of its own.
     let range = if host::rootless() {
@@ -240,7 +281,8 @@ fn build_from(
         }
         Some(range)
     };
-    let hardened = policy::apply(policy, bundle::absolutize(source), range)?;
+    let workspace = call.as_ref().and_then(|c| c.workspace);
+    let hardened = policy::apply(policy, bundle::absolutize(source), range, workspace)?;
     let report = serde_json::json!({
         "changes": hardened.changes,
         "attestation": hardened.attestation,
@@ -254,19 +296,33 @@ fn build_from(
         default_cgroup_path(&mut spec, root, id);
         None
     } else {
-        let fake = without_cgroups(&mut spec, id);
+        // A call reports this in its result instead of a log line.
+        let fake = without_cgroups(&mut spec, id, call.is_none());
         Some(cgroupless::enter_for_create(&fake)?)
     };
     let new_netns = creates_netns(&spec);
     let own_userns = has_userns(&spec);
     let effective = bundle::Effective::write(root, id, &source.dir, &spec, &report)?;
-    let mut container = ContainerBuilder::new(id.to_owned(), SyscallType::default())
+    if let Some(call) = call.as_mut() {
+        (call.prepare)(&spec)?;
+    }
+    let mut builder = ContainerBuilder::new(id.to_owned(), SyscallType::default())
         .with_root_path(root.path())
         .and_then(|b| b.with_pid_file(opts.pid_file.as_ref()))
         .map(|b| {
             b.with_console_socket(opts.console_socket.as_ref())
                 .with_preserved_fds(opts.preserve_fds)
-                .as_init(&effective.dir)
+        });
+    if let Some(call) = call {
+        builder = builder.map(|b| {
+            b.with_stdin(call.stdin)
+                .with_stdout(call.stdout)
+                .with_stderr(call.stderr)
+        });
+    }
+    let mut container = builder
+        .map(|b| {
+            b.as_init(&effective.dir)
                 // runsbx never drives systemd; cgroupfs directly.
                 .with_systemd(false)
                 .with_detach(detach)
@@ -348,7 +404,7 @@ fn default_cgroup_path(spec: &mut Spec, root: &StateRoot, id: &str) {
 /// the cgroup path libcontainer is given instead: one that exists nowhere
 /// on the host (unique per container), so that its `delete` never touches
 /// a real cgroup, such as a root container's with the same id.
-fn without_cgroups(spec: &mut Spec, id: &str) -> PathBuf {
+fn without_cgroups(spec: &mut Spec, id: &str, warn: bool) -> PathBuf {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
@@ -359,7 +415,7 @@ fn without_cgroups(spec: &mut Spec, id: &str) -> PathBuf {
     ));
     if let Some(linux) = spec.linux_mut() {
         linux.set_cgroups_path(Some(fake.clone()));
-        if linux.resources().is_some() {
+        if warn && linux.resources().is_some() {
             tracing::warn!(
                 id,
                 "runsbx cannot manage cgroups here (rootless on a cgroup v1 host, or no cgroup \
@@ -398,7 +454,7 @@ fn namespace(spec: &Spec, typ: LinuxNamespaceType) -> Option<Option<PathBuf>> {
 }
 
 /// Kills every process of the container and removes its state.
-fn destroy(root: &StateRoot, container: &mut Container) -> Result<()> {
+pub(crate) fn destroy(root: &StateRoot, container: &mut Container) -> Result<()> {
     let id = container.id().to_owned();
     if !host::can_manage_cgroups() {
         // libcontainer kills through the cgroup, which does not exist here:

@@ -143,7 +143,15 @@ impl StateRoot {
     /// command on the same id to finish.
     pub fn lock(&self, id: &str) -> Result<IdLock> {
         validate_id(id)?;
-        IdLock::acquire(self, id)
+        // A waiting acquire returns a lock or an error, never None.
+        IdLock::acquire(self, id, true)?
+            .ok_or_else(|| RuntimeError::invalid(format!("lock container `{id}`"), "not taken"))
+    }
+
+    /// Takes the lock of container `id` if no other command holds it.
+    pub fn try_lock(&self, id: &str) -> Result<Option<IdLock>> {
+        validate_id(id)?;
+        IdLock::acquire(self, id, false)
     }
 }
 
@@ -164,7 +172,9 @@ pub struct IdLock {
 }
 
 impl IdLock {
-    fn acquire(root: &StateRoot, id: &str) -> Result<Self> {
+    /// Takes the lock, waiting for it when `wait`; `None` when it is held
+    /// and `wait` is false.
+    fn acquire(root: &StateRoot, id: &str, wait: bool) -> Result<Option<Self>> {
         let dir = root.path.join(LOCK_DIR);
         fs::DirBuilder::new()
             .recursive(true)
@@ -193,20 +203,26 @@ impl IdLock {
                 l_pid: 0,
             };
             loop {
-                match fcntl(file.as_raw_fd(), FcntlArg::F_SETLKW(&lock)) {
+                let arg = if wait {
+                    FcntlArg::F_SETLKW(&lock)
+                } else {
+                    FcntlArg::F_SETLK(&lock)
+                };
+                match fcntl(file.as_raw_fd(), arg) {
                     Ok(_) => break,
                     Err(nix::Error::EINTR) => continue,
+                    Err(nix::Error::EAGAIN | nix::Error::EACCES) if !wait => return Ok(None),
                     Err(e) => return Err(RuntimeError::sys(ctx(), e)),
                 }
             }
             let held = file.metadata().map_err(|e| RuntimeError::io(ctx(), e))?;
             match fs::symlink_metadata(&path) {
                 Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
-                    return Ok(Self {
+                    return Ok(Some(Self {
                         file,
                         path,
                         container_dir: root.container_dir(id),
-                    })
+                    }))
                 }
                 _ => continue,
             }

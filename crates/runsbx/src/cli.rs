@@ -50,6 +50,8 @@ pub struct Global {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Run one command in a fresh sandbox (a tool call) and report how it went
+    Call(Box<crate::call_cmd::Call>),
     /// Print the hardened config.json a bundle would run with, what was
     /// changed and why, and the isolation layers in force (a dry run)
     Harden(Harden),

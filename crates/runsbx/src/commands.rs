@@ -17,6 +17,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
     let root_path = cli.global.root.clone().unwrap_or_else(root::default_root);
     let root = || StateRoot::open(&root_path);
     match cli.command {
+        Command::Call(a) => return crate::call_cmd::run(&root()?, *a, cli.global.config.clone()),
         Command::Harden(a) => {
             let hardened = lifecycle::harden_bundle(&a.bundle, cli.global.config.as_deref())?;
             print_json(&serde_json::json!({

@@ -1,0 +1,433 @@
+//! The call's `/workspace`: a fresh tmpfs that runsbx mounts in its own
+//! private mount namespace, fills with the inputs, binds into the sandbox,
+//! and reads the outputs from once the sandbox is gone.
+//!
+//! Outputs are opened with openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS):
+//! whatever the sandboxed code left in the workspace (a symlink to
+//! `/etc/shadow`, to `../../`, a fifo), runsbx reads only regular files
+//! that are really inside it.
+
+use std::ffi::CString;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use serde::Serialize;
+
+use crate::error::{Result, RuntimeError};
+
+/// A file to copy into the workspace: `HOST[:SANDBOX]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Input {
+    pub host: PathBuf,
+    /// Relative to /workspace.
+    pub dest: PathBuf,
+}
+
+impl Input {
+    /// Parses `HOST_PATH[:SANDBOX_PATH]`; the sandbox path is relative to
+    /// /workspace (or absolute under it) and defaults to the file's name.
+    pub fn parse(arg: &str) -> Result<Self> {
+        let bad = |reason: &str| RuntimeError::invalid(format!("--input {arg:?}"), reason);
+        let (host, dest) = match arg.split_once(':') {
+            Some((h, d)) => (h, Some(d)),
+            None => (arg, None),
+        };
+        if host.is_empty() {
+            return Err(bad("give a host path: --input HOST_PATH[:SANDBOX_PATH]"));
+        }
+        let host = PathBuf::from(host);
+        let dest = match dest {
+            Some(d) => PathBuf::from(d),
+            None => PathBuf::from(host.file_name().ok_or_else(|| {
+                bad("the host path has no file name; name the sandbox path after `:`")
+            })?),
+        };
+        let dest = workspace_relative(&dest).ok_or_else(|| {
+            bad("the sandbox path must stay inside /workspace (no `..`, no other absolute path)")
+        })?;
+        Ok(Self { host, dest })
+    }
+}
+
+/// `p` as a path relative to /workspace, if it stays inside it.
+pub fn workspace_relative(p: &Path) -> Option<PathBuf> {
+    let p = p.strip_prefix("/workspace").unwrap_or(p);
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    (!out.as_os_str().is_empty()).then_some(out)
+}
+
+/// The workspace tmpfs, mounted at `dir` until dropped.
+#[derive(Debug)]
+pub struct Workspace {
+    pub dir: PathBuf,
+    mounted: bool,
+}
+
+impl Workspace {
+    /// Mounts a tmpfs of `size` bytes at `dir` (created, mode 0700). The
+    /// caller is in a private mount namespace: nobody else sees it.
+    pub fn mount(dir: &Path, size: u64) -> Result<Self> {
+        let ctx = |what: &str| format!("make the call's workspace {dir:?}: {what}");
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| RuntimeError::io(ctx("create"), e))?;
+        mount(
+            Some("runsbx-workspace"),
+            dir,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some(format!("mode=0700,size={size}").as_str()),
+        )
+        .map_err(|e| RuntimeError::sys(ctx("mount tmpfs"), e))?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            mounted: true,
+        })
+    }
+
+    /// Copies `input` in (a file, or a directory tree; symlinks are copied
+    /// as links, never followed).
+    pub fn copy_in(&self, input: &Input) -> Result<()> {
+        let target = self.dir.join(&input.dest);
+        let meta = fs::symlink_metadata(&input.host).map_err(|e| {
+            RuntimeError::invalid(
+                format!("--input {:?}", input.host),
+                format!("{e} (give an existing file or directory)"),
+            )
+        })?;
+        if let Some(parent) = target.parent() {
+            fs::create_dir_all(parent)
+                .map_err(|e| RuntimeError::io(format!("create {parent:?} in the workspace"), e))?;
+        }
+        copy_tree(&input.host, &target, &meta).map_err(|e| {
+            let hint = if e.raw_os_error() == Some(libc::ENOSPC) {
+                " (the inputs exceed the workspace size of the profile)"
+            } else {
+                ""
+            };
+            RuntimeError::io(
+                format!("copy --input {:?} into the workspace{hint}", input.host),
+                e,
+            )
+        })
+    }
+
+    /// Gives every file in the workspace to the sandbox's root (`uid`,
+    /// `gid` on this side of its user namespace).
+    pub fn give_to(&self, uid: u32, gid: u32) -> Result<()> {
+        chown_tree(&self.dir, uid, gid)
+            .map_err(|e| RuntimeError::io(format!("chown the workspace {:?}", self.dir), e))
+    }
+
+    pub fn unmount(mut self) -> Result<()> {
+        self.mounted = false;
+        umount2(&self.dir, MntFlags::MNT_DETACH)
+            .map_err(|e| RuntimeError::sys(format!("unmount the workspace {:?}", self.dir), e))?;
+        fs::remove_dir(&self.dir).map_err(|e| RuntimeError::io(format!("remove {:?}", self.dir), e))
+    }
+}
+
+impl Drop for Workspace {
+    fn drop(&mut self) {
+        if self.mounted {
+            let _ = umount2(&self.dir, MntFlags::MNT_DETACH);
+            let _ = fs::remove_dir(&self.dir);
+        }
+    }
+}
+
+fn copy_tree(src: &Path, dst: &Path, meta: &fs::Metadata) -> io::Result<()> {
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        std::os::unix::fs::symlink(fs::read_link(src)?, dst)
+    } else if ft.is_dir() {
+        fs::DirBuilder::new()
+            .mode(meta.mode() & 0o777)
+            .create(dst)?;
+        for entry in fs::read_dir(src)? {
+            let entry = entry?;
+            let m = entry.metadata()?;
+            copy_tree(&entry.path(), &dst.join(entry.file_name()), &m)?;
+        }
+        Ok(())
+    } else if ft.is_file() {
+        let mut from = File::open(src)?;
+        let mut to = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(meta.mode() & 0o777)
+            .open(dst)?;
+        io::copy(&mut from, &mut to)?;
+        Ok(())
+    } else {
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{src:?} is not a regular file, directory or symlink"),
+        ))
+    }
+}
+
+fn chown_tree(path: &Path, uid: u32, gid: u32) -> io::Result<()> {
+    std::os::unix::fs::lchown(path, Some(uid), Some(gid))?;
+    if fs::symlink_metadata(path)?.is_dir() {
+        for entry in fs::read_dir(path)? {
+            chown_tree(&entry?.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}
+
+/// One `--output` as the result reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OutputFile {
+    /// Relative to /workspace.
+    pub path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub saved_to: Option<PathBuf>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Copies the workspace files matching `globs` into `out_dir`, each at
+/// most `max_bytes`. Never follows a symlink, never leaves the workspace.
+pub fn collect_outputs(
+    workspace: &Path,
+    globs: &[String],
+    out_dir: &Path,
+    max_bytes: u64,
+) -> Vec<OutputFile> {
+    let mut found = Vec::new();
+    list(workspace, Path::new(""), &mut found);
+    let mut outputs = Vec::new();
+    for glob in globs {
+        let pattern = workspace_relative(Path::new(glob)).unwrap_or_default();
+        let matched: Vec<&PathBuf> = found.iter().filter(|p| matches(&pattern, p)).collect();
+        if matched.is_empty() {
+            outputs.push(OutputFile {
+                path: glob.clone(),
+                bytes: None,
+                saved_to: None,
+                error: Some("no such file in /workspace".to_owned()),
+            });
+        }
+        for rel in matched {
+            if outputs
+                .iter()
+                .any(|o: &OutputFile| Path::new(&o.path) == rel)
+            {
+                continue;
+            }
+            outputs.push(copy_out(workspace, rel, out_dir, max_bytes));
+        }
+    }
+    outputs
+}
+
+/// Every non-directory under `dir`, relative, without following links.
+fn list(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = fs::read_dir(root.join(rel)) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let child = rel.join(entry.file_name());
+        match entry.file_type() {
+            Ok(ft) if ft.is_dir() => list(root, &child, out),
+            Ok(_) => out.push(child),
+            Err(_) => {}
+        }
+    }
+}
+
+/// Shell-style matching per path component: `*` and `?` within one
+/// component, `**` for any number of components.
+fn matches(pattern: &Path, path: &Path) -> bool {
+    let p: Vec<&[u8]> = pattern.iter().map(|c| c.as_bytes()).collect();
+    let s: Vec<&[u8]> = path.iter().map(|c| c.as_bytes()).collect();
+    match_components(&p, &s)
+}
+
+fn match_components(p: &[&[u8]], s: &[&[u8]]) -> bool {
+    match p.split_first() {
+        None => s.is_empty(),
+        Some((first, rest)) if *first == b"**" => {
+            (0..=s.len()).any(|i| match_components(rest, &s[i..]))
+        }
+        Some((first, rest)) => {
+            !s.is_empty() && match_one(first, s[0]) && match_components(rest, &s[1..])
+        }
+    }
+}
+
+fn match_one(p: &[u8], s: &[u8]) -> bool {
+    match p.split_first() {
+        None => s.is_empty(),
+        Some((b'*', rest)) => (0..=s.len()).any(|i| match_one(rest, &s[i..])),
+        Some((b'?', rest)) => !s.is_empty() && match_one(rest, &s[1..]),
+        Some((c, rest)) => s.first() == Some(c) && match_one(rest, &s[1..]),
+    }
+}
+
+fn copy_out(workspace: &Path, rel: &Path, out_dir: &Path, max_bytes: u64) -> OutputFile {
+    let mut out = OutputFile {
+        path: rel.display().to_string(),
+        bytes: None,
+        saved_to: None,
+        error: None,
+    };
+    let result = (|| -> io::Result<(u64, PathBuf)> {
+        let dir = File::open(workspace)?;
+        let mut file = open_beneath(&dir, rel)?;
+        let meta = file.metadata()?;
+        if !meta.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        if meta.len() > max_bytes {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "{} bytes is more than --max-output-file ({max_bytes})",
+                    meta.len()
+                ),
+            ));
+        }
+        let dest = out_dir.join(rel);
+        if let Some(parent) = dest.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        // Never write through a link someone put at the destination.
+        let mut to = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o644)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&dest)?;
+        let n = io::copy(&mut (&mut file).take(max_bytes), &mut to)?;
+        to.flush()?;
+        Ok((n, dest))
+    })();
+    match result {
+        Ok((n, dest)) => {
+            out.bytes = Some(n);
+            out.saved_to = Some(dest);
+        }
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            out.error = Some(
+                "is a symbolic link: refused (runsbx never follows a link out of the workspace)"
+                    .to_owned(),
+            );
+        }
+        Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+            out.error = Some("leaves the workspace: refused".to_owned());
+        }
+        Err(e) => out.error = Some(e.to_string()),
+    }
+    out
+}
+
+/// openat2(dir, rel, O_RDONLY | O_NOFOLLOW, RESOLVE_BENEATH |
+/// RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV).
+fn open_beneath(dir: &File, rel: &Path) -> io::Result<File> {
+    let path = CString::new(rel.as_os_str().as_bytes())
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+    // SAFETY: open_how is a plain C struct; all-zero is its valid default.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK) as u64;
+    how.resolve = libc::RESOLVE_BENEATH
+        | libc::RESOLVE_NO_SYMLINKS
+        | libc::RESOLVE_NO_MAGICLINKS
+        | libc::RESOLVE_NO_XDEV;
+    // SAFETY: valid dirfd, NUL-terminated path, and a correctly sized
+    // open_how; the kernel returns a new fd or -1.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir.as_raw_fd(),
+            path.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel just gave us this fd.
+    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn input_paths() {
+        let i = Input::parse("/home/a/data.csv").unwrap();
+        assert_eq!(i.dest, PathBuf::from("data.csv"));
+        let i = Input::parse("x.py:/workspace/src/main.py").unwrap();
+        assert_eq!(i.dest, PathBuf::from("src/main.py"));
+        let i = Input::parse("x.py:lib/x.py").unwrap();
+        assert_eq!(i.dest, PathBuf::from("lib/x.py"));
+        for bad in ["x:../up", "x:/etc/passwd", ":y", "x:/workspace/../etc"] {
+            assert!(Input::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn globs() {
+        let m = |p: &str, s: &str| matches(Path::new(p), Path::new(s));
+        assert!(m("out.txt", "out.txt"));
+        assert!(m("*.png", "plot.png"));
+        assert!(!m("*.png", "dir/plot.png"));
+        assert!(m("**/*.png", "dir/sub/plot.png"));
+        assert!(m("**/*.png", "plot.png"));
+        assert!(m("dir/?.csv", "dir/a.csv"));
+        assert!(!m("dir/?.csv", "dir/ab.csv"));
+    }
+
+    #[test]
+    fn outputs_never_follow_links_or_leave_the_workspace() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = tmp.path().join("ws");
+        let out = tmp.path().join("out");
+        fs::create_dir_all(ws.join("sub")).unwrap();
+        fs::write(tmp.path().join("secret"), "TOKEN").unwrap();
+        fs::write(ws.join("ok.txt"), "fine").unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("secret"), ws.join("link.txt")).unwrap();
+        std::os::unix::fs::symlink("..", ws.join("sub/up")).unwrap();
+        fs::write(ws.join("big.bin"), vec![0u8; 100]).unwrap();
+        let globs = ["*.txt", "sub/up/secret", "big.bin", "missing"].map(String::from);
+        let got = collect_outputs(&ws, &globs, &out, 10);
+        let by = |p: &str| got.iter().find(|o| o.path == p).unwrap().clone();
+        assert_eq!(by("ok.txt").bytes, Some(4));
+        assert_eq!(fs::read_to_string(out.join("ok.txt")).unwrap(), "fine");
+        assert!(by("link.txt").error.unwrap().contains("symbolic link"));
+        assert!(!out.join("link.txt").exists());
+        assert!(by("sub/up/secret").error.is_some());
+        assert!(by("big.bin").error.unwrap().contains("max-output-file"));
+        assert!(by("missing").error.is_some());
+        // Nothing of the secret reached the output directory.
+        for entry in fs::read_dir(&out).unwrap() {
+            let text = fs::read_to_string(entry.unwrap().path()).unwrap_or_default();
+            assert!(!text.contains("TOKEN"));
+        }
+    }
+}

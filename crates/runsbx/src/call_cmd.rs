@@ -1,0 +1,182 @@
+//! `runsbx call`: the arguments, and the result printed as JSON or as the
+//! command's own output.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use runsbx_runtime::call::{self, CallRequest, StdinFrom};
+use runsbx_runtime::StateRoot;
+
+/// Run one command in a fresh sandbox and report how it went
+#[derive(Args, Debug)]
+pub struct Call {
+    /// The image to run on (default: python; see `runsbx image ls`)
+    #[arg(long, conflicts_with = "rootfs")]
+    pub image: Option<String>,
+    /// A root filesystem directory to run on instead of an image
+    #[arg(long)]
+    pub rootfs: Option<PathBuf>,
+    /// runsbx's data directory, where images are kept
+    #[arg(long, env = "RUNSBX_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// A profile the operator config makes selectable (only as strict or stricter)
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// Wall-clock deadline: the whole sandbox is killed when it passes
+    #[arg(long, default_value = "30s")]
+    pub timeout: String,
+    /// Memory limit, no higher than the profile's (e.g. 256M)
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// Process limit, no higher than the profile's
+    #[arg(long)]
+    pub pids: Option<u64>,
+    /// Environment variable for the command (repeatable); runsbx's own
+    /// environment never reaches the sandbox
+    #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// The command's stdin: a file, or `-` for runsbx's own (default: empty)
+    #[arg(long, value_name = "FILE|-")]
+    pub stdin: Option<String>,
+    /// Copy a host file or directory into /workspace (repeatable)
+    #[arg(long = "input", short = 'i', value_name = "HOST_PATH[:SANDBOX_PATH]")]
+    pub inputs: Vec<String>,
+    /// Copy files matching this glob (relative to /workspace) out afterwards (repeatable)
+    #[arg(long = "output", short = 'o', value_name = "SANDBOX_GLOB")]
+    pub outputs: Vec<String>,
+    /// Where --output files are written (default: the current directory)
+    #[arg(long, default_value = ".")]
+    pub output_dir: PathBuf,
+    /// Bytes kept of each of stdout and stderr (the first and last halves)
+    #[arg(long, default_value = "1M")]
+    pub max_output: String,
+    /// Largest --output file copied out
+    #[arg(long, default_value = "64M")]
+    pub max_output_file: String,
+    /// Print one JSON result (schema runsbx.call/v1) instead of the output
+    #[arg(long)]
+    pub json: bool,
+    /// The command and its arguments
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// Runs the call; returns runsbx's exit code.
+pub fn run(root: &StateRoot, args: Call, config: Option<PathBuf>) -> Result<i32> {
+    let json = args.json;
+    let req = match request(args, config) {
+        Ok(req) => req,
+        Err(e) => {
+            // Refused before anything ran: the same error shape as a
+            // refusal inside the call.
+            let message = format!("{e:#}");
+            if json {
+                print_json(&serde_json::json!({
+                    "schema": call::SCHEMA,
+                    "status": "error",
+                    "error": {"kind": "bad_input", "message": message},
+                }))?;
+            } else {
+                eprintln!("runsbx: call: {message}");
+            }
+            return Ok(call::exit::BAD_INPUT);
+        }
+    };
+    let (result, tails) = call::call(root, &req);
+    if json {
+        print_json(&result)?;
+        return Ok(result.exit_code());
+    }
+    // The heads went out live; what was cut, then the tails.
+    for (stream, tail, name) in [
+        (&result.stdout, &tails.stdout, "stdout"),
+        (&result.stderr, &tails.stderr, "stderr"),
+    ] {
+        let Some(s) = stream.as_ref().filter(|s| s.truncated) else {
+            continue;
+        };
+        eprintln!(
+            "\nrunsbx: {name} truncated: {} of {} bytes omitted (--max-output)",
+            s.omitted_bytes, s.bytes
+        );
+        if name == "stdout" {
+            std::io::stdout().write_all(tail)?;
+        } else {
+            std::io::stderr().write_all(tail)?;
+        }
+    }
+    for o in &result.outputs {
+        if let Some(e) = &o.error {
+            eprintln!("runsbx: output {}: {e}", o.path);
+        }
+    }
+    if let Some(e) = &result.error {
+        eprintln!("runsbx: call: {}", e.message);
+    }
+    if result.timed_out {
+        eprintln!(
+            "runsbx: call: timed out after {} ms; the sandbox was killed",
+            result.limits.timeout_ms
+        );
+    }
+    if result.limits.memory_hit == Some(true) {
+        eprintln!("runsbx: call: the memory limit was hit (a process was OOM-killed)");
+    }
+    if result.limits.pids_hit == Some(true) {
+        eprintln!("runsbx: call: the pids limit was hit (a fork failed)");
+    }
+    std::io::stdout().flush()?;
+    Ok(result.exit_code())
+}
+
+fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest> {
+    let size = |flag: &str, text: &str| -> Result<u64> {
+        runsbx_runtime::call::parse_size(text)
+            .map_err(|e| anyhow::anyhow!("--{flag} {text:?}: {e}"))
+    };
+    let max_output = size("max-output", &args.max_output)?;
+    let max_output_file = size("max-output-file", &args.max_output_file)?;
+    if let Some(m) = &args.memory {
+        size("memory", m)?;
+    }
+    Ok(CallRequest {
+        image: args.image,
+        rootfs: args.rootfs,
+        data_dir: args.data_dir,
+        config,
+        profile: args.profile,
+        timeout: call::parse_duration(&args.timeout)?,
+        memory: args.memory,
+        pids: args.pids,
+        env: args
+            .env
+            .iter()
+            .map(|e| call::parse_env(e))
+            .collect::<Result<_, _>>()?,
+        stdin: match args.stdin.as_deref() {
+            None => StdinFrom::Null,
+            Some("-") => StdinFrom::Inherit,
+            Some(p) => StdinFrom::File(PathBuf::from(p)),
+        },
+        inputs: args
+            .inputs
+            .iter()
+            .map(|i| call::Input::parse(i))
+            .collect::<Result<_, _>>()?,
+        outputs: args.outputs,
+        output_dir: args.output_dir,
+        max_output: usize::try_from(max_output)?,
+        max_output_file,
+        command: args.command,
+        live: !args.json,
+    })
+}
+
+fn print_json(value: &impl serde::Serialize) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    serde_json::to_writer(&mut out, value)?;
+    writeln!(out)?;
+    Ok(())
+}

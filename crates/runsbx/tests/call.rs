@@ -1,0 +1,613 @@
+//! `runsbx call`: one tool call in a fresh sandbox, observed from the
+//! outside (its result, the host afterwards), as root and rootless.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::fs;
+use std::io::Write;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{Fixture, Out, Who};
+
+/// Runs `runsbx call --json --rootfs <busybox> ARGS… -- COMMAND…`.
+fn call(fx: &Fixture, opts: &[&str], command: &[&str]) -> (Out, Value) {
+    let mut args: Vec<&str> = vec!["call", "--json", "--rootfs"];
+    args.push(support::rootfs().to_str().unwrap());
+    args.extend(opts);
+    args.push("--");
+    args.extend(command);
+    let out = fx.run(&args);
+    let json = out.json();
+    (out, json)
+}
+
+/// The system image `python` (hack/test.sh builds it with `runsbx image
+/// build python` when it is missing).
+fn have_python_image() -> bool {
+    Path::new("/var/lib/runsbx/images/python/rootfs").is_dir()
+}
+
+fn text(v: &Value) -> &str {
+    v["data"].as_str().unwrap()
+}
+
+fn python_output_comes_back(fx: Fixture) {
+    if !have_python_image() {
+        skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
+    }
+    // The agent's secrets, planted on the host: not there in the sandbox.
+    let agent = fx.dir.path().join("agent");
+    fs::create_dir_all(&agent).unwrap();
+    fs::write(agent.join(".env"), "OPENAI_API_KEY=sk-runsbx-test-token").unwrap();
+    let script = format!(
+        "import math, os\nprint(sum(math.factorial(n) for n in range(10)))\n\
+         try:\n    print(open({:?}).read())\n\
+         except OSError as e:\n    print('secret:', type(e).__name__)\n",
+        agent.join(".env")
+    );
+    let out = fx.run(["call", "--json", "--", "python3", "-c", &script]);
+    let r = out.json();
+    assert_eq!(r["schema"], "runsbx.call/v1", "{out:?}");
+    assert_eq!(r["status"], "exited", "{out:?}");
+    assert_eq!(r["exit_code"], 0, "{out:?}");
+    assert_eq!(r["image"], "python");
+    assert_eq!(
+        text(&r["stdout"]),
+        "409114\nsecret: FileNotFoundError\n",
+        "{out:?}"
+    );
+    assert_eq!(r["stdout"]["encoding"], "utf-8");
+    assert_eq!(r["stdout"]["truncated"], false);
+    assert_eq!(r["timed_out"], false);
+    assert!(r["duration_ms"].as_f64().unwrap() > 0.0);
+    let layers: Vec<&str> = r["attestation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|l| l["in_force"] == true)
+        .map(|l| l["layer"].as_str().unwrap())
+        .collect();
+    for want in ["seccomp", "no_new_privileges", "network", "rootfs_readonly"] {
+        assert!(
+            layers.iter().any(|l| l.contains(want)),
+            "{want}: {layers:?}"
+        );
+    }
+    assert_eq!(out.code, 0);
+    assert!(!out.stdout.contains("sk-runsbx-test-token"));
+    fx.assert_clean();
+}
+as_root_and_rootless!(python_output_comes_back: python_as_root, python_rootless);
+
+fn human_output_and_exit_codes(fx: Fixture) {
+    let rootfs = support::rootfs().to_str().unwrap().to_owned();
+    let human = |cmd: &str| fx.run(["call", "--rootfs", &rootfs, "--", "sh", "-c", cmd]);
+    let out = human("echo out; echo err >&2; exit 7");
+    assert_eq!(
+        (out.code, out.stdout.as_str(), out.stderr.as_str()),
+        (7, "out\n", "err\n")
+    );
+    // The command is the sandbox's pid 1, which a signal sent from inside
+    // does not end; a real fault does.
+    let out = fx.run([
+        "call",
+        "--rootfs",
+        &rootfs,
+        "--",
+        "sh",
+        "-c",
+        "echo partial; exec probe segv",
+    ]);
+    assert_eq!(
+        (out.code, out.stdout.as_str()),
+        (128 + 11, "partial\n"),
+        "{out:?}"
+    );
+    let (out, r) = call(&fx, &[], &["probe", "segv"]);
+    assert_eq!(out.code, 139);
+    assert_eq!(
+        (
+            r["status"].as_str(),
+            r["signal"].as_str(),
+            r["exit_code"].as_i64()
+        ),
+        (Some("signaled"), Some("SIGSEGV"), Some(139))
+    );
+    // SIGPIPE has its default action in the sandbox (Rust ignores it in
+    // runsbx, and an ignored signal is inherited): `yes` ends with `head`.
+    let (out, r) = call(&fx, &["--timeout", "20s"], &["sh", "-c", "yes | head -n 3"]);
+    assert_eq!((out.code, text(&r["stdout"])), (0, "y\ny\ny\n"), "{out:?}");
+    let (_, r) = call(&fx, &[], &["sh", "-c", "exit 3"]);
+    assert_eq!(
+        (r["status"].as_str(), r["exit_code"].as_i64()),
+        (Some("exited"), Some(3))
+    );
+    fx.assert_clean();
+}
+as_root_and_rootless!(human_output_and_exit_codes: exit_codes_as_root, exit_codes_rootless);
+
+fn stdin_reaches_the_command(fx: Fixture) {
+    let file = fx.dir.path().join("in.txt");
+    fs::write(&file, "from a file\n").unwrap();
+    let (_, r) = call(&fx, &["--stdin", file.to_str().unwrap()], &["cat"]);
+    assert_eq!(text(&r["stdout"]), "from a file\n");
+    // `--stdin -`: runsbx's own stdin.
+    let mut cmd = fx.cmd(["call", "--json", "--stdin", "-", "--rootfs"]);
+    cmd.arg(support::rootfs()).args(["--", "wc", "-c"]);
+    let mut child = support::spawn(cmd.stdin(Stdio::piped()).stdout(Stdio::piped()));
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&[b'x'; 100_000])
+        .unwrap();
+    let out = Out::of(child.wait_with_output().unwrap());
+    assert_eq!(text(&out.json()["stdout"]).trim(), "100000", "{out:?}");
+    // Without --stdin the command reads nothing, not the agent's stdin.
+    let (_, r) = call(&fx, &[], &["wc", "-c"]);
+    assert_eq!(text(&r["stdout"]).trim(), "0");
+    fx.assert_clean();
+}
+as_root_and_rootless!(stdin_reaches_the_command: stdin_as_root, stdin_rootless);
+
+/// A number unique to this test process, `tag` and who runs the call
+/// (the root and rootless variants of a test run at the same time), given
+/// to `sleep` so that the sandbox's processes can be found on the host.
+fn marker(fx: &Fixture, tag: u32) -> String {
+    format!("{tag}{}{:07}", u8::from(fx.rootless()), std::process::id())
+}
+
+/// Host processes with `token` as a whole word of their command line.
+fn processes_with(token: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let words: Vec<String> = cmdline
+            .split(|b| *b == 0 || *b == b' ' || *b == b';' || *b == b'\'')
+            .map(|w| String::from_utf8_lossy(w).into_owned())
+            .collect();
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let runtime = words.iter().any(|w| w.ends_with("runsbx"));
+        if words.iter().any(|w| w == token) && !runtime && !stat.contains(") Z") {
+            found.push(format!("{pid}: {}", words.join(" ")));
+        }
+    }
+    found
+}
+
+/// Whether `sleep TOKEN` itself runs (not just the shell that starts it).
+fn sleeping(token: &str) -> bool {
+    processes_with(token).iter().any(|p| {
+        p.split_once(": ")
+            .is_some_and(|(_, c)| c.starts_with("sleep "))
+    })
+}
+
+fn deadline_kills_everything(fx: Fixture) {
+    let (daemon, fg) = (marker(&fx, 1), marker(&fx, 2));
+    // A daemon double-forked into its own session, then a foreground sleep.
+    let script = format!("setsid sh -c 'sleep {daemon}' & sleep {fg}; echo never");
+    let mut cmd = fx.cmd(["call", "--json", "--timeout", "1s", "--rootfs"]);
+    cmd.arg(support::rootfs()).args(["--", "sh", "-c", &script]);
+    let started = Instant::now();
+    let out = support::output_within(&mut cmd, Duration::from_secs(20));
+    let took = started.elapsed();
+    let r = out.json();
+    assert_eq!(out.code, 124, "{out:?}");
+    assert_eq!(
+        (r["status"].as_str(), r["timed_out"].as_bool()),
+        (Some("timed_out"), Some(true))
+    );
+    assert!(!text(&r["stdout"]).contains("never"));
+    // About a second: reported, not asserted tightly (a loaded CI machine).
+    eprintln!("timeout 1s call returned after {took:?}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert_eq!(
+        [processes_with(&daemon), processes_with(&fg)].concat(),
+        Vec::<String>::new(),
+        "sandbox processes left"
+    );
+    fx.assert_clean();
+}
+as_root_and_rootless!(deadline_kills_everything: deadline_as_root, deadline_rootless);
+
+fn background_processes_die_with_the_call(fx: Fixture) {
+    let m = marker(&fx, 3);
+    let script = format!("setsid sh -c 'sleep {m}' & echo started");
+    let (out, r) = call(&fx, &[], &["sh", "-c", &script]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(text(&r["stdout"]), "started\n");
+    assert_eq!(processes_with(&m), Vec::<String>::new());
+    fx.assert_clean();
+}
+as_root_and_rootless!(background_processes_die_with_the_call: background_as_root, background_rootless);
+
+/// Peak RSS of a finished child (wait4's rusage, in KiB).
+fn run_measuring_rss(cmd: &mut std::process::Command) -> (i32, i64, Vec<u8>) {
+    let out = tempfile::tempfile().unwrap();
+    cmd.stdout(out.try_clone().unwrap())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null());
+    // Reaped by wait4 below (for its rusage), not by Child::wait.
+    #[allow(clippy::zombie_processes)]
+    let child = support::spawn(cmd);
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is valid; wait4 fills it.
+    let mut usage: nix::libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: waiting for our own child with valid pointers.
+    let pid = unsafe { nix::libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    let mut bytes = Vec::new();
+    use std::io::{Read, Seek};
+    let mut out = out;
+    out.rewind().unwrap();
+    out.read_to_end(&mut bytes).unwrap();
+    (nix::libc::WEXITSTATUS(status), usage.ru_maxrss, bytes)
+}
+
+fn output_flood_is_capped(fx: Fixture) {
+    let mut cmd = fx.cmd(["call", "--json", "--rootfs"]);
+    cmd.arg(support::rootfs()).args([
+        "--",
+        "sh",
+        "-c",
+        "echo first; head -c 209715200 /dev/zero | tr '\\0' x; echo; echo last",
+    ]);
+    let (code, max_rss_kib, stdout) = run_measuring_rss(&mut cmd);
+    assert_eq!(code, 0);
+    let r: Value = serde_json::from_slice(&stdout).unwrap();
+    let s = &r["stdout"];
+    assert_eq!(s["truncated"], true);
+    assert!(s["bytes"].as_u64().unwrap() > 200 << 20, "{s}");
+    let data = text(s);
+    assert!(data.len() <= 1 << 20, "{}", data.len());
+    assert!(data.starts_with("first\nxxxx"), "head kept");
+    assert!(data.ends_with("\nlast\n"), "tail kept");
+    eprintln!("runsbx peak RSS during a 200 MiB flood: {max_rss_kib} KiB");
+    assert!(max_rss_kib < 64 * 1024, "peak RSS {max_rss_kib} KiB");
+    fx.assert_clean();
+}
+as_root_and_rootless!(output_flood_is_capped: flood_as_root, flood_rootless);
+
+fn binary_output_survives(fx: Fixture) {
+    let (_, r) = call(&fx, &[], &["sh", "-c", "printf '\\377\\000\\001'"]);
+    assert_eq!(r["stdout"]["encoding"], "base64");
+    assert_eq!(text(&r["stdout"]), "/wAB");
+    fx.assert_clean();
+}
+as_root_and_rootless!(binary_output_survives: binary_as_root, binary_rootless);
+
+fn calls_share_nothing(fx: Fixture) {
+    let (_, r) = call(
+        &fx,
+        &[],
+        &[
+            "sh",
+            "-c",
+            "echo secret > /tmp/left; echo x > /workspace/w; ls /tmp",
+        ],
+    );
+    assert_eq!(text(&r["stdout"]), "left\n");
+    let (_, r) = call(&fx, &[], &["sh", "-c", "ls -A /tmp /workspace"]);
+    assert_eq!(text(&r["stdout"]), "/tmp:\n\n/workspace:\n", "{r}");
+    fx.assert_clean();
+}
+as_root_and_rootless!(calls_share_nothing: fresh_as_root, fresh_rootless);
+
+fn inputs_in_outputs_out(fx: Fixture) {
+    let src = fx.dir.path().join("src");
+    fs::create_dir_all(src.join("lib")).unwrap();
+    fs::write(src.join("lib/data.txt"), "3 1 2\n").unwrap();
+    let single = fx.dir.path().join("script.sh");
+    fs::write(&single, "tr ' ' '\\n' < src/lib/data.txt | sort > sorted.txt\nmkdir -p out && echo done > out/flag\n").unwrap();
+    let secret = fx.dir.path().join("host-secret");
+    fs::write(&secret, "HOST-TOKEN").unwrap();
+    let outdir = fx.dir.path().join("results");
+    fs::create_dir_all(&outdir).unwrap();
+    if let Who::User(u) = &fx.who {
+        for p in [&src, &src.join("lib"), &outdir] {
+            nix::unistd::chown(p, Some(u.uid.into()), Some(u.gid.into())).unwrap();
+        }
+    }
+    let link_cmd = format!(
+        "sh script.sh && ln -s {} link && ln -s / root-link",
+        secret.display()
+    );
+    let (out, r) = call(
+        &fx,
+        &[
+            "--input",
+            src.to_str().unwrap(),
+            "--input",
+            &format!("{}:script.sh", single.display()),
+            "--output",
+            "sorted.txt",
+            "--output",
+            "out/*",
+            "--output",
+            "link",
+            "--output",
+            "root-link/etc/passwd",
+            "--output-dir",
+            outdir.to_str().unwrap(),
+        ],
+        &["sh", "-c", &link_cmd],
+    );
+    assert_eq!(r["exit_code"], 0, "{out:?}");
+    assert_eq!(
+        fs::read_to_string(outdir.join("sorted.txt")).unwrap(),
+        "1\n2\n3\n"
+    );
+    assert_eq!(
+        fs::read_to_string(outdir.join("out/flag")).unwrap(),
+        "done\n"
+    );
+    let outputs = r["outputs"].as_array().unwrap();
+    let by = |p: &str| {
+        outputs
+            .iter()
+            .find(|o| o["path"] == p)
+            .unwrap_or_else(|| panic!("{p}: {r}"))
+    };
+    assert_eq!(by("sorted.txt")["bytes"], 6);
+    assert!(
+        by("link")["error"]
+            .as_str()
+            .unwrap()
+            .contains("symbolic link"),
+        "{r}"
+    );
+    assert!(by("root-link/etc/passwd")["error"].is_string(), "{r}");
+    assert!(!outdir.join("link").exists());
+    assert!(!outdir.join("root-link").exists());
+    // Nothing of the host secret reached the results.
+    let mut all = String::new();
+    for e in walk(&outdir) {
+        all.push_str(&fs::read_to_string(e).unwrap_or_default());
+    }
+    assert!(!all.contains("HOST-TOKEN"));
+    fx.assert_clean();
+}
+as_root_and_rootless!(inputs_in_outputs_out: files_as_root, files_rootless);
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        let ft = e.file_type().unwrap();
+        if ft.is_dir() {
+            files.extend(walk(&e.path()));
+        } else {
+            files.push(e.path());
+        }
+    }
+    files
+}
+
+fn bad_inputs_are_refused(fx: Fixture) {
+    let rootfs = support::rootfs().to_str().unwrap().to_owned();
+    let data = fx.dir.path().join("data");
+    let cases: Vec<(Vec<String>, i32, &str)> = vec![
+        (
+            vec![
+                "--image".into(),
+                "no-such-image".into(),
+                "--data-dir".into(),
+                data.display().to_string(),
+            ],
+            125,
+            "image `no-such-image` not found",
+        ),
+        (
+            vec![
+                "--timeout".into(),
+                "soon".into(),
+                "--rootfs".into(),
+                rootfs.clone(),
+            ],
+            125,
+            "duration \"soon\"",
+        ),
+        (
+            vec![
+                "--input".into(),
+                "/nonexistent/file.csv".into(),
+                "--rootfs".into(),
+                rootfs.clone(),
+            ],
+            125,
+            "--input \"/nonexistent/file.csv\"",
+        ),
+        (
+            vec![
+                "--env".into(),
+                "1BAD".into(),
+                "--rootfs".into(),
+                rootfs.clone(),
+            ],
+            125,
+            "--env",
+        ),
+        (
+            vec!["--rootfs".into(), "/nonexistent-rootfs".into()],
+            125,
+            "--rootfs",
+        ),
+    ];
+    for (opts, code, message) in cases {
+        let mut args = vec!["call".to_owned()];
+        args.extend(opts.clone());
+        args.extend(["--".into(), "true".into()]);
+        let out = fx.run(&args);
+        assert_eq!(out.code, code, "{opts:?}: {out:?}");
+        assert!(
+            out.stderr.contains(message),
+            "{opts:?}: {message:?} missing: {out:?}"
+        );
+        // The same refusal as JSON.
+        let mut json_args = vec!["call".to_owned(), "--json".to_owned()];
+        json_args.extend(args[1..].iter().cloned());
+        let out = fx.run(&json_args);
+        assert_eq!(out.code, code, "{opts:?}: {out:?}");
+        let r = out.json();
+        assert_eq!(r["status"], "error");
+        assert!(
+            r["error"]["message"].as_str().unwrap().contains(message),
+            "{r}"
+        );
+    }
+    let out = fx.run(["call", "--rootfs", &rootfs, "--", "no-such-command"]);
+    assert_eq!(out.code, 127, "{out:?}");
+    assert!(
+        out.stderr.contains("command `no-such-command` not found"),
+        "{out:?}"
+    );
+    let out = fx.run(["call", "--json", "--rootfs", &rootfs, "--", "/etc/passwd"]);
+    assert_eq!(out.code, 126, "{out:?}");
+    assert_eq!(out.json()["error"]["kind"], "not_executable");
+    fx.assert_clean();
+}
+as_root_and_rootless!(bad_inputs_are_refused: bad_input_as_root, bad_input_rootless);
+
+fn interrupted_call_cleans_up(fx: Fixture) {
+    let m = marker(&fx, 4);
+    let mut cmd = fx.cmd(["call", "--json", "--rootfs"]);
+    cmd.arg(support::rootfs())
+        .args(["--", "sh", "-c", &format!("echo up; sleep {m}")]);
+    let out_file = tempfile::NamedTempFile::new().unwrap();
+    cmd.stdout(out_file.reopen().unwrap())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null());
+    let mut child = support::spawn(&mut cmd);
+    // `sleep` runs: `echo up` has been written.
+    wait_for(|| sleeping(&m));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 15));
+    let r: Value = serde_json::from_str(&fs::read_to_string(out_file.path()).unwrap()).unwrap();
+    assert_eq!(
+        (r["status"].as_str(), r["signal"].as_str()),
+        (Some("interrupted"), Some("SIGTERM"))
+    );
+    assert_eq!(text(&r["stdout"]), "up\n");
+    assert_eq!(processes_with(&m), Vec::<String>::new());
+    fx.assert_clean();
+}
+as_root_and_rootless!(interrupted_call_cleans_up: sigterm_as_root, sigterm_rootless);
+
+fn killed_call_is_swept_by_the_next(fx: Fixture) {
+    let m = marker(&fx, 5);
+    let mut cmd = fx.cmd(["call", "--json", "--rootfs"]);
+    cmd.arg(support::rootfs()).args(["--", "sleep", &m]);
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null());
+    let mut child = support::spawn(&mut cmd);
+    wait_for(|| sleeping(&m));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The next call removes what the killed one left.
+    let (out, _) = call(&fx, &[], &["true"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    wait_for(|| processes_with(&m).is_empty());
+    fx.assert_clean();
+}
+as_root_and_rootless!(killed_call_is_swept_by_the_next: sigkill_as_root, sigkill_rootless);
+
+fn wait_for(cond: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < deadline, "condition never held");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn many_calls_at_once(fx: Fixture) {
+    let n = 50;
+    let children: Vec<_> = (0..n)
+        .map(|i| {
+            let mut cmd = fx.cmd(["call", "--json", "--rootfs"]);
+            cmd.arg(support::rootfs()).args([
+                "--",
+                "sh",
+                "-c",
+                &format!("echo {i}; id -u; cat /proc/self/uid_map"),
+            ]);
+            let out = tempfile::tempfile().unwrap();
+            cmd.stdout(out.try_clone().unwrap())
+                .stderr(Stdio::piped())
+                .stdin(Stdio::null());
+            (support::spawn(&mut cmd), out)
+        })
+        .collect();
+    let mut host_uids = std::collections::BTreeSet::new();
+    for (i, (child, out)) in children.into_iter().enumerate() {
+        let o = child.wait_with_output().unwrap();
+        use std::io::{Read, Seek};
+        let mut out = out;
+        let mut s = String::new();
+        out.rewind().unwrap();
+        out.read_to_string(&mut s).unwrap();
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "call {i}: {s} {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let r: Value = serde_json::from_str(&s).unwrap();
+        let lines: Vec<&str> = text(&r["stdout"]).lines().collect();
+        assert_eq!(lines[0], i.to_string());
+        assert_eq!(lines[1], "0");
+        host_uids.insert(lines[2].split_whitespace().nth(1).unwrap().to_owned());
+    }
+    if !fx.rootless() {
+        // As root every sandbox has host ids of its own.
+        assert_eq!(host_uids.len(), n, "{host_uids:?}");
+    }
+    fx.assert_clean();
+}
+as_root_and_rootless!(many_calls_at_once: fifty_as_root, fifty_rootless);
+
+/// As root the memory limit is a cgroup limit, and the result says it was
+/// hit; rootless the host cannot tell.
+#[test]
+fn memory_limit_hit_is_reported() {
+    if !support::is_root() {
+        skip!("memory_limit_hit_is_reported: needs root");
+    }
+    if !have_python_image() {
+        skip!("no `python` image: run `sudo runsbx image build python`");
+    }
+    let fx = Fixture::new(Who::Root);
+    let out = fx.run([
+        "call",
+        "--json",
+        "--memory",
+        "64M",
+        "--",
+        "python3",
+        "-c",
+        "x = bytearray(200 << 20); x[::4096] = b'1' * len(x[::4096]); print('survived')",
+    ]);
+    let r = out.json();
+    assert_eq!(r["limits"]["memory_bytes"], 64 << 20, "{out:?}");
+    assert_eq!(r["limits"]["memory_hit"], true, "{out:?}");
+    assert!(!text(&r["stdout"]).contains("survived"));
+    fx.assert_clean();
+    if let Some(user) = support::test_user() {
+        let fx = Fixture::new(Who::User(user));
+        let (_, r) = call(&fx, &[], &["true"]);
+        assert_eq!(r["limits"]["memory_hit"], Value::Null, "{r}");
+        fx.assert_clean();
+    }
+}
