@@ -54,3 +54,66 @@ awk -v s="${med[runsbx]}" -v r="${med[runc]}" -v c="${med[crun]}" \
 if [ -n "${BASELINE:-}" ]; then
     awk -v s="${med[runsbx]}" -v b="${med[baseline]}" 'BEGIN { printf "  runsbx/baseline = %.2f\n", s / b }'
 fi
+
+# --- Tool calls: `runsbx call` against bwrap on the same rootfs and
+# `podman run --rm` on the same image, then calls per second with 2 and 8
+# at once. On the default image (built here when missing).
+"$runsbx" image ls | grep -q '^python\b' || "$runsbx" image build python
+image_rootfs=/var/lib/runsbx/images/python/rootfs
+pm=(podman --root "$work/podman" --runroot "$work/podman-run" --storage-driver overlay
+    --cgroup-manager cgroupfs --events-backend file)
+tar -C "$image_rootfs" -c . | "${pm[@]}" import -q - localhost/runsbx-bench-python >/dev/null
+trap '"${pm[@]}" rm -af >/dev/null 2>&1; "${pm[@]}" rmi -af >/dev/null 2>&1; rm -rf "$work"' EXIT
+path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+call_runs=$(( runs < 50 ? runs : 50 ))
+
+# median_cmd_ms CMD...: the median wall time of CMD over call_runs runs.
+median_cmd_ms() {
+    local i t0 t1
+    local -a times=()
+    for i in $(seq 1 $((call_runs + 3))); do
+        t0=$(date +%s%N)
+        "$@" >/dev/null
+        t1=$(date +%s%N)
+        [ "$i" -gt 3 ] && times+=($(( (t1 - t0) / 1000 )))
+    done
+    printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {m = (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2; printf "%.2f\n", m / 1000}'
+}
+sandbox() {
+    case $1 in
+    runsbx) shift; "$runsbx" --root "$work/state-call" call --image python -- "$@" ;;
+    bwrap) shift; bwrap --ro-bind "$image_rootfs" / --proc /proc --dev /dev --tmpfs /tmp \
+               --tmpfs /workspace --chdir /workspace --unshare-all --die-with-parent \
+               --new-session --clearenv --setenv PATH "$path" -- "$@" ;;
+    podman) shift; "${pm[@]}" run --rm --network none --ulimit nofile=1024:1024 \
+               --ulimit nproc=1024:1024 localhost/runsbx-bench-python "$@" ;;
+    esac
+}
+echo
+echo "tool calls on the python image (median of $call_runs, ms)"
+for cmd in "/bin/true" "python3 -c pass"; do
+    declare -A cm=()
+    for tool in runsbx bwrap podman; do
+        # shellcheck disable=SC2086
+        cm[$tool]=$(median_cmd_ms sandbox $tool $cmd)
+    done
+    printf '  %-16s runsbx %8s   bwrap %8s   podman %8s   runsbx/bwrap = %.2f   runsbx/podman = %.2f\n' \
+        "$cmd" "${cm[runsbx]}" "${cm[bwrap]}" "${cm[podman]}" \
+        "$(awk -v a="${cm[runsbx]}" -v b="${cm[bwrap]}" 'BEGIN{print a/b}')" \
+        "$(awk -v a="${cm[runsbx]}" -v b="${cm[podman]}" 'BEGIN{print a/b}')"
+done
+
+# per_second N TOOL: calls of `python3 -c pass` finished per second with N
+# running at once (4 * N calls in all).
+per_second() {
+    local n=$1 tool=$2 total=$(( 4 * $1 )) t0 t1
+    t0=$(date +%s%N)
+    seq 1 "$total" | xargs -P "$n" -I{} bash -c "$(declare -f sandbox); $(declare -p pm work runsbx image_rootfs path); sandbox $tool python3 -c pass >/dev/null"
+    t1=$(date +%s%N)
+    awk -v c="$total" -v ns=$(( t1 - t0 )) 'BEGIN { printf "%.1f", c / (ns / 1e9) }'
+}
+echo "python3 -c pass, calls per second"
+for n in 2 8; do
+    printf '  %d at once:  runsbx %6s   bwrap %6s   podman %6s\n' "$n" \
+        "$(per_second "$n" runsbx)" "$(per_second "$n" bwrap)" "$(per_second "$n" podman)"
+done

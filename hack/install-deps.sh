@@ -7,4 +7,4 @@ apt-get install -y -q --no-install-recommends \
     build-essential pkg-config libseccomp-dev \
     busybox-static debootstrap python3 python3-pip procps iproute2 tar passwd \
     podman conmon containerd runc crun \
-    uidmap slirp4netns fuse-overlayfs
+    uidmap slirp4netns fuse-overlayfs bubblewrap

@@ -20,6 +20,9 @@ ensure_test_user "$RUNSBX_TEST_USER"
 # unprivileged user, under /tmp/runsbx-tests.
 
 cargo build --release --workspace
+# The default image `runsbx call` runs on, in the system store (built once,
+# from Debian's packages; the tests of `runsbx call` on Python use it).
+target/release/runsbx image ls | grep -q '^python\b' || target/release/runsbx image build python
 log=$(mktemp)
 trap 'rm -rf /tmp/runsbx-tests "$log"' EXIT
 set +e
