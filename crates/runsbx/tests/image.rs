@@ -154,6 +154,31 @@ fn import_podman_archives(fx: Fixture) {
     };
     assert_eq!(busybox.uid(), owner);
 
+    // The imported images run: `runsbx call` on each.
+    for name in ["runsbx-img", "t1"] {
+        let out = fx.run([
+            "call",
+            "--json",
+            "--image",
+            name,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "echo ran on $0; ls /bin/busybox",
+            name,
+        ]);
+        let r = out.json();
+        assert_eq!(r["exit_code"], 0, "{out:?}");
+        assert_eq!(r["image"], name);
+        assert_eq!(
+            r["stdout"]["data"],
+            format!("ran on {name}\n/bin/busybox\n"),
+            "{out:?}"
+        );
+    }
+
     // --replace swaps the image in.
     image(&fx, &data, &["import", docker, "--name", "t1", "--replace"]).ok();
     let list = image(&fx, &data, &["ls", "--json"]).ok().json();
