@@ -4,6 +4,7 @@ use super::Cx;
 use crate::PolicyError;
 
 pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
+    drop_docker_network_hook(cx);
     // Hooks run host programs, as the runtime's user, outside the sandbox.
     if has_hooks(&cx.spec) && !cx.profile.hooks {
         return Err(cx.refused("an OCI hook (config.json `hooks`)", "hooks = true"));
@@ -20,6 +21,52 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
         );
     }
     Ok(())
+}
+
+/// dockerd adds a prestart hook, its own binary run as
+/// `libnetwork-setkey`, to every container with a new network namespace, so
+/// that libnetwork can move the interfaces of the container's docker network
+/// into it. A sandbox's network is its own loopback and nothing else, so the
+/// hook has nothing to do: it is removed rather than run (it would run a
+/// host program outside the sandbox) or refused (docker could not run
+/// anything). The match is exact: dockerd's `/proc/<pid>/exe` and that
+/// first argument; any other hook is still refused below.
+fn drop_docker_network_hook(cx: &mut Cx) {
+    let Some(mut hooks) = cx.spec.hooks().clone() else {
+        return;
+    };
+    let Some(prestart) = hooks.prestart().clone() else {
+        return;
+    };
+    let kept: Vec<_> = prestart
+        .iter()
+        .filter(|h| !is_docker_network_hook(h))
+        .cloned()
+        .collect();
+    if kept.len() == prestart.len() {
+        return;
+    }
+    hooks.set_prestart((!kept.is_empty()).then_some(kept));
+    cx.spec.set_hooks(Some(hooks));
+    cx.change(
+        "hooks.prestart",
+        "dockerd's libnetwork-setkey hook removed: a sandbox joins no docker network; \
+         its network namespace holds only its own loopback",
+    );
+}
+
+fn is_docker_network_hook(hook: &oci_spec::runtime::Hook) -> bool {
+    let path = hook.path().to_string_lossy();
+    let dockerd_exe = path
+        .strip_prefix("/proc/")
+        .and_then(|p| p.strip_suffix("/exe"))
+        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+    dockerd_exe
+        && hook
+            .args()
+            .as_ref()
+            .and_then(|a| a.first())
+            .is_some_and(|a| a == "libnetwork-setkey")
 }
 
 /// Whether the spec has any OCI hook.
