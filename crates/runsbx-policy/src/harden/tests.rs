@@ -479,3 +479,72 @@ fn a_spec_cannot_bring_its_own_workspace_bind() {
     let out = harden(spec, &profile(), &host).unwrap();
     assert!(!serde_json::to_string(&out.spec).unwrap().contains(".ssh"));
 }
+
+#[test]
+fn dockers_network_hook_is_dropped_and_no_other() {
+    let docker_hook = HookBuilder::default()
+        .path("/proc/4242/exe")
+        .args(vec![
+            "libnetwork-setkey".to_owned(),
+            "-exec-root=/run/docker".to_owned(),
+            "abc".to_owned(),
+            "def".to_owned(),
+        ])
+        .build()
+        .unwrap();
+    let mut spec = load("containerd.json");
+    spec.set_hooks(Some(
+        HooksBuilder::default()
+            .prestart(vec![docker_hook.clone()])
+            .build()
+            .unwrap(),
+    ));
+    let hardened = harden(spec, &profile(), &as_root()).unwrap();
+    assert!(!crate::harden::has_hooks(&hardened.spec));
+    assert!(hardened.changes.iter().any(|c| c.field == "hooks.prestart"));
+    verify(&hardened.spec, &profile(), &as_root()).unwrap();
+
+    // The same argument from another program is still a hook.
+    let other = HookBuilder::default()
+        .path("/usr/bin/dockerd")
+        .args(vec!["libnetwork-setkey".to_owned()])
+        .build()
+        .unwrap();
+    let mut spec = load("containerd.json");
+    spec.set_hooks(Some(
+        HooksBuilder::default()
+            .prestart(vec![docker_hook, other])
+            .build()
+            .unwrap(),
+    ));
+    assert!(
+        matches!(harden(spec, &profile(), &as_root()), Err(PolicyError::Refused { key, .. }) if key == "hooks = true")
+    );
+}
+
+#[test]
+fn ping_group_range_is_cut_to_mapped_gids() {
+    let with = |value: &str, host: &HostFacts| {
+        let mut spec = load("containerd.json");
+        let linux = spec.linux_mut().as_mut().unwrap();
+        linux.set_sysctl(Some(HashMap::from([(
+            "net.ipv4.ping_group_range".to_owned(),
+            value.to_owned(),
+        )])));
+        let hardened = harden(spec, &profile(), host).unwrap();
+        hardened
+            .spec
+            .linux()
+            .as_ref()
+            .unwrap()
+            .sysctl()
+            .as_ref()
+            .unwrap()
+            .get("net.ipv4.ping_group_range")
+            .cloned()
+    };
+    assert_eq!(with("0 2147483647", &as_root()).as_deref(), Some("0 65535"));
+    assert_eq!(with("0 2147483647", &rootless()).as_deref(), Some("0 0"));
+    assert_eq!(with("1 0", &as_root()).as_deref(), Some("1 0"));
+    assert_eq!(with("70000 80000", &as_root()), None);
+}

@@ -28,8 +28,59 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
         cx.change("linux.uidMappings, linux.gidMappings", detail.clone());
     }
     check_user_is_mapped(cx, &uids, &gids)?;
+    clamp_ping_group_range(cx, &gids);
     cx.attest("user_namespace", true, detail);
     Ok(())
+}
+
+const PING_GROUP_RANGE: &str = "net.ipv4.ping_group_range";
+
+/// dockerd asks for `net.ipv4.ping_group_range = "0 2147483647"` (any group
+/// may open ICMP echo sockets). The kernel refuses (EINVAL) a range naming
+/// gids the sandbox's user namespace does not map, and the container would
+/// not start; so the range is cut to the mapped gids, or removed when none
+/// of them is in it. It never grows.
+fn clamp_ping_group_range(cx: &mut Cx, gids: &[LinuxIdMapping]) {
+    let Some(value) = cx
+        .spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.sysctl().as_ref())
+        .and_then(|s| s.get(PING_GROUP_RANGE))
+        .cloned()
+    else {
+        return;
+    };
+    // Container gids 0..=max are mapped (both mappings start at 0).
+    let max = gids
+        .iter()
+        .map(|m| u64::from(m.container_id()) + u64::from(m.size()) - 1)
+        .max()
+        .unwrap_or(0);
+    let mut parts = value.split_whitespace().map(str::parse::<u64>);
+    let clamped = match (parts.next(), parts.next(), parts.next()) {
+        // lo > hi is the kernel's own "no group" (its default, "1 0").
+        (Some(Ok(lo)), Some(Ok(hi)), None) if lo > hi => Some(value.clone()),
+        (Some(Ok(lo)), Some(Ok(hi)), None) if lo <= max => Some(format!("{lo} {}", hi.min(max))),
+        _ => None,
+    };
+    if clamped.as_deref() == Some(value.as_str()) {
+        return;
+    }
+    let linux = cx.linux();
+    let mut sysctl = linux.sysctl().clone().unwrap_or_default();
+    match &clamped {
+        Some(v) => sysctl.insert(PING_GROUP_RANGE.to_owned(), v.clone()),
+        None => sysctl.remove(PING_GROUP_RANGE),
+    };
+    linux.set_sysctl(Some(sysctl));
+    cx.change(
+        format!("linux.sysctl.{PING_GROUP_RANGE}"),
+        match clamped {
+            Some(v) => format!("{value:?} cut to {v:?}: only those gids are mapped in the sandbox"),
+            None => format!("{value:?} removed: it names no gid mapped in the sandbox"),
+        },
+    );
 }
 
 type Maps = (Vec<LinuxIdMapping>, Vec<LinuxIdMapping>, String);
