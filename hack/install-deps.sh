@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages runsbx builds and is tested with. As root.
+# protobuf-compiler builds the CRI client of tests/cri; containernetworking-
+# plugins and docker.io are what its containerd and dockerd tests drive.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
@@ -7,4 +9,5 @@ apt-get install -y -q --no-install-recommends \
     build-essential pkg-config libseccomp-dev \
     busybox-static debootstrap python3 python3-pip procps iproute2 tar passwd \
     podman conmon containerd runc crun \
-    uidmap slirp4netns fuse-overlayfs bubblewrap
+    uidmap slirp4netns fuse-overlayfs bubblewrap \
+    protobuf-compiler containernetworking-plugins docker.io

@@ -1,0 +1,369 @@
+//! What the engine tests share: the built runsbx, images built here from
+//! busybox, the probe and a pause program (no registry is reachable), and
+//! a daemon (containerd, dockerd) started in network and mount namespaces
+//! of its own, stopped and cleaned up when dropped.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::fs;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Skips the test with a loud `SKIP <reason>`; under CI (CI=true) a skip
+/// is a failure, since CI installs everything the tests need.
+#[macro_export]
+macro_rules! skip {
+    ($($arg:tt)*) => {{
+        let reason = format!($($arg)*);
+        if std::env::var("CI").as_deref() == Ok("true") {
+            panic!("SKIP is not allowed under CI: {reason}");
+        }
+        eprintln!("SKIP {reason}");
+        return;
+    }};
+}
+
+pub fn is_root() -> bool {
+    nix::unistd::Uid::effective().is_root()
+}
+
+pub fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A copy of the runsbx built next to this test (`cargo build` of the
+/// workspace; hack/test.sh does it first) in `dir`.
+pub fn runsbx_in(dir: &Path) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    // target/<profile>/deps/<test> -> target/<profile>/runsbx
+    let built = exe.parent().unwrap().parent().unwrap().join("runsbx");
+    assert!(
+        built.exists(),
+        "{built:?} is missing: build the workspace first (cargo build --release)"
+    );
+    let copy = dir.join("runsbx");
+    fs::copy(&built, &copy).unwrap();
+    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
+    copy
+}
+
+/// A busybox root filesystem with the in-sandbox probe (tests/probe.c).
+pub fn busybox_rootfs(dir: &Path) -> PathBuf {
+    let root = dir.join("busybox-rootfs");
+    let bin = root.join("bin");
+    fs::create_dir_all(&bin).unwrap();
+    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+        .into_iter()
+        .find(|p| Path::new(p).exists())
+        .expect("busybox-static is installed (apt-get install busybox-static)");
+    fs::copy(busybox, bin.join("busybox")).unwrap();
+    let list = Command::new(busybox).arg("--list").output().unwrap();
+    for applet in String::from_utf8_lossy(&list.stdout).lines() {
+        if applet != "busybox" {
+            let _ = symlink("busybox", bin.join(applet));
+        }
+    }
+    for d in ["proc", "sys", "dev", "tmp", "etc", "root", "var/log"] {
+        fs::create_dir_all(root.join(d)).unwrap();
+    }
+    gcc_static(&repo().join("tests/probe.c"), &bin.join("probe"));
+    fs::write(
+        root.join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
+    )
+    .unwrap();
+    fs::write(root.join("etc/group"), "root:x:0:\nnobody:x:65534:\n").unwrap();
+    root
+}
+
+/// A root filesystem holding only `/pause` (pause.c): a pod's sandbox
+/// container.
+pub fn pause_rootfs(dir: &Path) -> PathBuf {
+    let root = dir.join("pause-rootfs");
+    fs::create_dir_all(&root).unwrap();
+    gcc_static(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("pause.c"),
+        &root.join("pause"),
+    );
+    root
+}
+
+fn gcc_static(source: &Path, out: &Path) {
+    let built = Command::new("gcc")
+        .args(["-static", "-O2", "-o"])
+        .arg(out)
+        .arg(source)
+        .status()
+        .expect("gcc is installed (apt-get install build-essential)");
+    assert!(built.success(), "building {source:?} failed");
+}
+
+/// A docker-archive (what `docker save` writes, and what `docker load` and
+/// `ctr images import` read) of `rootfs` as one layer, tagged `tag`, whose
+/// command is `cmd`.
+pub fn docker_archive(rootfs: &Path, tag: &str, cmd: &[&str], out: &Path) {
+    let work = tempfile::tempdir().unwrap();
+    let layer = work.path().join("layer.tar");
+    run_ok(
+        Command::new("tar")
+            .arg("-C")
+            .arg(rootfs)
+            .arg("-cf")
+            .arg(&layer)
+            .arg("."),
+    );
+    let sum = run_ok(Command::new("sha256sum").arg(&layer));
+    let digest = sum.split_whitespace().next().unwrap().to_owned();
+    let config = serde_json::json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": { "Cmd": cmd },
+        "rootfs": { "type": "layers", "diff_ids": [format!("sha256:{digest}")] },
+    });
+    fs::write(work.path().join("config.json"), config.to_string()).unwrap();
+    let manifest = serde_json::json!([{
+        "Config": "config.json",
+        "RepoTags": [tag],
+        "Layers": ["layer.tar"],
+    }]);
+    fs::write(work.path().join("manifest.json"), manifest.to_string()).unwrap();
+    run_ok(
+        Command::new("tar")
+            .arg("-C")
+            .arg(work.path())
+            .arg("-cf")
+            .arg(out)
+            .args(["manifest.json", "config.json", "layer.tar"]),
+    );
+}
+
+/// Runs `cmd`, fails the test unless it succeeds, returns its stdout.
+pub fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.stdin(Stdio::null()).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A daemon in network and mount namespaces of its own
+/// (`unshare --net --mount --propagation private`): its loopback is up,
+/// and /run/netns is a tmpfs of its own, so that the network namespaces
+/// CNI names there stay off the host. Dropping it runs the `cleanup`
+/// given to [`Daemon::on_drop`], deletes whatever runsbx still holds in
+/// `runsbx_root`, stops the daemon and every process that names `dir`,
+/// and removes `dir`.
+pub struct Daemon {
+    pub dir: tempfile::TempDir,
+    pub child: Option<Child>,
+    pub runsbx: PathBuf,
+    pub runsbx_root: PathBuf,
+    pub log: PathBuf,
+    cleanup: Option<Box<dyn FnMut(&Daemon)>>,
+}
+
+impl Daemon {
+    /// A temporary directory for a daemon, with runsbx copied into it.
+    pub fn prepare(prefix: &str) -> Self {
+        let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
+        let runsbx = runsbx_in(dir.path());
+        let runsbx_root = dir.path().join("runsbx-root");
+        let log = dir.path().join("daemon.log");
+        Self {
+            dir,
+            child: None,
+            runsbx,
+            runsbx_root,
+            log,
+            cleanup: None,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Starts `program args` in its own network and mount namespaces.
+    pub fn start(&mut self, program: &str, args: &[String]) {
+        let log = fs::File::create(&self.log).unwrap();
+        let child = Command::new("unshare")
+            .args(["--net", "--mount", "--propagation", "private", "sh", "-c"])
+            .arg(
+                "set -e; ip link set lo up; mkdir -p /run/netns; \
+                 mount -t tmpfs -o mode=0755 tmpfs /run/netns; exec \"$@\"",
+            )
+            .arg("sh")
+            .arg(program)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    pub fn log_text(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until `ready` holds, failing with the daemon's log after
+    /// `limit`.
+    pub fn wait_until(&mut self, limit: Duration, mut ready: impl FnMut(&Self) -> bool) {
+        let deadline = Instant::now() + limit;
+        while !ready(self) {
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                panic!("the daemon exited ({status}): {}", self.log_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the daemon did not come up: {}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// `cmd` in the daemon's network and mount namespaces.
+    pub fn nsenter(&self, program: &str) -> Command {
+        let mut cmd = Command::new("nsenter");
+        cmd.arg("-t")
+            .arg(self.pid().to_string())
+            .args(["-n", "-m", "--"])
+            .arg(program);
+        cmd
+    }
+
+    /// What the daemon's engine must undo before it is stopped (remove its
+    /// pods or containers).
+    pub fn on_drop(&mut self, cleanup: impl FnMut(&Daemon) + 'static) {
+        self.cleanup = Some(Box::new(cleanup));
+    }
+
+    /// The containers runsbx holds in its state root (not its own `@`
+    /// directories).
+    pub fn runsbx_containers(&self) -> Vec<String> {
+        let mut ids: Vec<String> = fs::read_dir(&self.runsbx_root)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| !n.starts_with('@'))
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort();
+        ids
+    }
+
+    /// What runsbx still holds under its `@` directories (effective
+    /// bundles, locks of live containers are not counted).
+    pub fn runsbx_bundles(&self) -> Vec<String> {
+        fs::read_dir(self.runsbx_root.join("@bundles"))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Mounts in the daemon's mount namespace that runsbx made for its
+    /// containers (staged rootfs) or that name the daemon's directory's
+    /// runsbx state.
+    pub fn runsbx_mounts(&self) -> Vec<String> {
+        fs::read_to_string(format!("/proc/{}/mountinfo", self.pid()))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("/run/runsbx-rootfs/") || l.contains("runsbx-root"))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Processes other than the daemon whose command line names the
+    /// daemon's directory, or that run in a namespace runsbx made for one
+    /// of its containers (their root is below the daemon's directory).
+    pub fn stray_processes(&self) -> Vec<(i32, String)> {
+        let needle = self.dir.path().to_string_lossy().into_owned();
+        let daemon = self.child.as_ref().map(|c| c.id() as i32);
+        let me = std::process::id() as i32;
+        let mut found = Vec::new();
+        for e in fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            if Some(pid) == daemon || pid == me {
+                continue;
+            }
+            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if stat.contains(") Z") {
+                continue;
+            }
+            let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains(&needle) {
+                found.push((pid, cmdline));
+            }
+        }
+        found
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(mut cleanup) = self.cleanup.take() {
+            if self.child.is_some() {
+                cleanup(self);
+            }
+        }
+        if self.child.is_some() {
+            for id in self.runsbx_containers() {
+                let _ = self
+                    .nsenter(self.runsbx.to_str().unwrap())
+                    .arg("--root")
+                    .arg(&self.runsbx_root)
+                    .args(["delete", "--force", &id])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+        if let Some(mut child) = self.child.take() {
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // Shims and what they started outlive their daemon.
+        for (pid, _) in self.stray_processes() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        // Whatever was mounted lived in the daemon's mount namespace, gone
+        // with its last process; the files are removed with the directory.
+        let _ = fs::remove_dir_all(self.dir.path());
+    }
+}
