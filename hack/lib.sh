@@ -5,7 +5,7 @@
 make_busybox_rootfs() {
     local dir=$1 busybox
     busybox=$(command -v busybox) || { echo "busybox not found (apt-get install busybox-static)" >&2; return 1; }
-    mkdir -p "$dir/bin" "$dir/proc" "$dir/sys" "$dir/dev" "$dir/tmp" "$dir/etc" "$dir/root"
+    mkdir -p "$dir/bin" "$dir/proc" "$dir/sys" "$dir/dev" "$dir/tmp" "$dir/etc" "$dir/root" "$dir/workspace"
     cp "$busybox" "$dir/bin/busybox"
     local applet
     for applet in $("$dir/bin/busybox" --list); do

@@ -225,7 +225,7 @@ fn same_file(a: &fs::File, b: &fs::File) -> Result<bool> {
 }
 
 /// ioctl(NS_GET_PARENT): the parent of a user namespace.
-fn parent_ns(ns: &fs::File) -> nix::Result<OwnedFd> {
+pub(crate) fn parent_ns(ns: &fs::File) -> nix::Result<OwnedFd> {
     // _IO(0xb7, 0x2) from <linux/nsfs.h>.
     const NS_GET_PARENT: libc::c_ulong = 0xb702;
     // SAFETY: the ioctl takes no argument and returns a new fd or -1.

@@ -362,7 +362,7 @@ fn root_hash(root: &StateRoot) -> u32 {
 
 /// Removes what container `id` holds outside its state directory: staged
 /// mounts, its id range, the effective bundle.
-fn release_host_side(root: &StateRoot, id: &str) -> Result<()> {
+pub(crate) fn release_host_side(root: &StateRoot, id: &str) -> Result<()> {
     if !host::rootless() {
         stage::remove(&stage_key(root, id))?;
     }
@@ -372,10 +372,8 @@ fn release_host_side(root: &StateRoot, id: &str) -> Result<()> {
     bundle::Effective::remove(root, id)
 }
 
-/// Gives a spec without a cgroup path one of runsbx's (libcontainer's own
-/// default is a systemd-style name): `/runsbx/<id>` for the default state
-/// root; with another state root, whose ids may repeat the default root's,
-/// `/runsbx/<hash of the state root>-<id>`.
+/// Gives a spec without a cgroup path runsbx's (libcontainer's own default
+/// is a systemd-style name).
 fn default_cgroup_path(spec: &mut Spec, root: &StateRoot, id: &str) {
     let Some(linux) = spec.linux_mut() else {
         return;
@@ -383,21 +381,19 @@ fn default_cgroup_path(spec: &mut Spec, root: &StateRoot, id: &str) {
     if linux.cgroups_path().is_some() {
         return;
     }
-    let path = if root.path() == crate::root::default_root() {
-        format!("/runsbx/{id}")
+    linux.set_cgroups_path(Some(runsbx_cgroup_path(root, id)));
+}
+
+/// The cgroup runsbx gives container `id` of `root` when its spec names
+/// none: `/runsbx/<id>` for the default state root; with another state
+/// root, whose ids may repeat the default root's, `/runsbx/<hash of the
+/// state root>-<id>`.
+pub(crate) fn runsbx_cgroup_path(root: &StateRoot, id: &str) -> PathBuf {
+    if root.path() == crate::root::default_root() {
+        PathBuf::from(format!("/runsbx/{id}"))
     } else {
-        // FNV-1a: stable across runs, unlike std's hasher.
-        let hash = root
-            .path()
-            .as_os_str()
-            .as_encoded_bytes()
-            .iter()
-            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-                (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-            });
-        format!("/runsbx/{:08x}-{id}", hash as u32)
-    };
-    linux.set_cgroups_path(Some(PathBuf::from(path)));
+        PathBuf::from(format!("/runsbx/{}", stage_key(root, id)))
+    }
 }
 
 /// What cannot be had without a cgroup is dropped, and said so. Returns

@@ -21,7 +21,7 @@ pub const DEFAULT_CONFIG: &str = "/etc/runsbx/config.toml";
 
 /// Where id-range allocations live: one file per live sandbox, across every
 /// state root, so that no two sandboxes share host ids.
-const ID_DIR: &str = "/run/runsbx-ids";
+pub(crate) const ID_DIR: &str = "/run/runsbx-ids";
 
 /// The operator config and the profile it picks.
 #[derive(Debug, Clone)]

@@ -19,6 +19,7 @@
 
 mod capture;
 mod events;
+mod sweep;
 mod workspace;
 
 use std::fs::{self, File};
@@ -36,6 +37,7 @@ use nix::unistd::Pid;
 use serde::Serialize;
 
 pub use capture::Stream;
+pub use sweep::sweep;
 pub use workspace::{Input, OutputFile};
 
 use crate::error::{Result, RuntimeError};
@@ -271,6 +273,12 @@ fn run(
     result: &mut CallResult,
     tails: &mut Tails,
 ) -> Result<()> {
+    // Abandoned calls are swept before the re-exec below: an unprivileged
+    // caller may see the fds of a dead call's processes only from the user
+    // namespace it made that call's namespaces from.
+    if cgroupless::userns_from().is_none() {
+        sweep(root);
+    }
     // Unprivileged: runsbx continues in a user namespace of its own, where
     // it may mount (see cgroupless.rs). Nothing has been made yet.
     cgroupless::reexec_in_own_userns()?;
@@ -345,7 +353,6 @@ fn run(
     };
 
     // From here on, things exist on the host: each is removed on the way out.
-    sweep(root);
     let lock = root.lock(id)?;
     private_mount_namespace()?;
     let dir = call_dir(root, id);
@@ -354,6 +361,9 @@ fn run(
         .create(&dir)
         .map_err(|e| RuntimeError::io(format!("create {dir:?}"), e))?;
     let _dir_guard = RemoveOnDrop(dir.clone());
+    sweep::record_userns(&dir)
+        .map_err(|e| RuntimeError::io(format!("record the call's user namespace in {dir:?}"), e))?;
+    let watchdog = sweep::Watchdog::spawn(root, id)?;
     let ws = workspace::Workspace::mount(&dir.join("workspace"), workspace_size)?;
     for input in &req.inputs {
         ws.copy_in(input)?;
@@ -485,6 +495,7 @@ fn run(
     }
     ws.unmount()?;
     drop(lock);
+    drop(watchdog);
     Ok(())
 }
 
@@ -871,29 +882,6 @@ fn call_spec(rootfs: &Path, req: &CallRequest, env: Vec<String>) -> Result<Spec>
     }
     spec.set_annotations(Some(annotations));
     Ok(spec)
-}
-
-/// Removes what calls killed with SIGKILL left behind: a call holds the
-/// lock of its id for its whole life, so a call directory whose id lock
-/// can be taken belongs to a runsbx that is gone.
-pub fn sweep(root: &StateRoot) {
-    let Ok(entries) = fs::read_dir(root.path().join("@calls")) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        let Ok(Some(_lock)) = root.try_lock(&id) else {
-            continue;
-        };
-        tracing::info!(id, "removing what an interrupted call left behind");
-        if let Err(e) = remove_container(root, &id) {
-            tracing::warn!(id, "remove the interrupted call's sandbox: {e}");
-            continue;
-        }
-        let _ = fs::remove_dir_all(entry.path());
-    }
 }
 
 #[cfg(test)]

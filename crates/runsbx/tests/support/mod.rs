@@ -117,7 +117,7 @@ pub fn rootfs() -> &'static Path {
                 let _ = symlink("busybox", bin.join(applet));
             }
         }
-        for d in ["proc", "sys", "dev", "tmp", "etc", "root"] {
+        for d in ["proc", "sys", "dev", "tmp", "etc", "root", "workspace"] {
             fs::create_dir_all(dir.join(d)).unwrap();
         }
         // The in-sandbox probe (tests/probe.c), static so that it runs in

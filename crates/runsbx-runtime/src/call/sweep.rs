@@ -1,0 +1,359 @@
+//! Removing what a `runsbx call` killed with SIGKILL left behind.
+//!
+//! A call holds the lock of its id for its whole life, so a call directory
+//! whose lock can be taken belongs to a runsbx that is gone. What it may
+//! have left depends on where it was killed: nothing but directories; a
+//! container init that was cloned but whose pid was never recorded (it
+//! waits on the container's notify socket for a `start` that never comes);
+//! a half-written state file; a running sandbox; a cgroup; an id range.
+//! Each is found without trusting the state file: the init by the socket it
+//! listens on, the rest of a root sandbox by its cgroup.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+
+use crate::root::StateRoot;
+use crate::{host, lifecycle, policy};
+
+/// Sweeps every abandoned call of `root`. Best effort: what cannot be
+/// removed is logged and left for the next sweep.
+pub fn sweep(root: &StateRoot) {
+    let Ok(entries) = fs::read_dir(root.path().join("@calls")) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let Ok(Some(_lock)) = root.try_lock(&id) else {
+            continue;
+        };
+        tracing::info!(id, "removing what an interrupted call left behind");
+        reclaim(root, &id);
+        let _ = fs::remove_dir_all(entry.path());
+    }
+    // A call killed between taking its lock and making its directory left
+    // only the lock file: taken and dropped, it goes (IdLock removes the
+    // file of an id without a container).
+    let Ok(locks) = fs::read_dir(root.path().join("@locks")) else {
+        return;
+    };
+    for entry in locks.flatten() {
+        let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        if id.starts_with("call-") && !root.container_dir(&id).exists() {
+            let _ = root.try_lock(&id);
+        }
+    }
+}
+
+fn reclaim(root: &StateRoot, id: &str) {
+    // The normal path first: a state file that loads.
+    if let Ok(mut c) = lifecycle::load(root, id) {
+        match lifecycle::destroy(root, &mut c) {
+            Ok(()) => return,
+            Err(e) => tracing::warn!(id, "delete the interrupted call's sandbox: {e}"),
+        }
+    }
+    let dir = root.container_dir(id);
+    if let Some(userns) = recorded_userns(root, id) {
+        for pid in in_user_namespace(userns) {
+            tracing::info!(id, %pid, "killing a process of the interrupted call");
+            let _ = kill(pid, Signal::SIGKILL);
+        }
+    }
+    for pid in socket_holders(&dir.join("notify.sock")) {
+        tracing::info!(id, %pid, "killing the interrupted call's waiting init");
+        let _ = kill(pid, Signal::SIGKILL);
+    }
+    if host::can_manage_cgroups() {
+        kill_cgroup(&lifecycle::runsbx_cgroup_path(root, id));
+    }
+    let _ = fs::remove_dir_all(&dir);
+    release_orphan_slot(root, id);
+    if let Err(e) = lifecycle::release_host_side(root, id) {
+        tracing::warn!(id, "release the interrupted call's host resources: {e}");
+    }
+}
+
+/// The file in a call's directory that names the user namespace runsbx
+/// made for it (rootless): every process of the call is in it or below it.
+const USERNS_FILE: &str = "userns";
+
+/// Records the user namespace this runsbx runs in, when it made it itself.
+pub(crate) fn record_userns(call_dir: &Path) -> std::io::Result<()> {
+    if crate::cgroupless::userns_from().is_none() {
+        return Ok(());
+    }
+    let ino = fs::metadata("/proc/self/ns/user")?.ino();
+    fs::write(call_dir.join(USERNS_FILE), ino.to_string())
+}
+
+fn recorded_userns(root: &StateRoot, id: &str) -> Option<u64> {
+    let path = root.path().join("@calls").join(id).join(USERNS_FILE);
+    fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Processes whose user namespace is `ino` or a descendant of it.
+fn in_user_namespace(ino: u64) -> Vec<Pid> {
+    let mut found = Vec::new();
+    for proc_entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = proc_entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(mut ns) = fs::File::open(proc_entry.path().join("ns/user")) else {
+            continue;
+        };
+        // Walk up to the initial namespace (NS_GET_PARENT fails there).
+        for _ in 0..32 {
+            if ns.metadata().is_ok_and(|m| m.ino() == ino) {
+                found.push(Pid::from_raw(pid));
+                break;
+            }
+            match crate::cgroupless::parent_ns(&ns) {
+                Ok(parent) => ns = fs::File::from(parent),
+                Err(_) => break,
+            }
+        }
+    }
+    found
+}
+
+/// Processes holding the unix socket bound at `path` (found through
+/// /proc/net/unix and every process's fds).
+fn socket_holders(path: &Path) -> Vec<Pid> {
+    let Ok(table) = fs::read_to_string("/proc/net/unix") else {
+        return Vec::new();
+    };
+    let wanted = path.as_os_str().to_string_lossy();
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.len() >= 8 && fields[7] == wanted).then(|| format!("socket:[{}]", fields[6]))
+        })
+        .collect();
+    if inodes.is_empty() {
+        return Vec::new();
+    }
+    let mut holders = Vec::new();
+    for proc_entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = proc_entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if pid == std::process::id() as i32 {
+            continue;
+        }
+        let Ok(fds) = fs::read_dir(proc_entry.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds.flatten().any(|fd| {
+            fs::read_link(fd.path())
+                .is_ok_and(|target| inodes.iter().any(|i| target.as_os_str() == i.as_str()))
+        });
+        if holds {
+            holders.push(Pid::from_raw(pid));
+        }
+    }
+    holders
+}
+
+/// Kills every process in the container's cgroup and removes it (each
+/// hierarchy where it exists: v1 controllers, or the unified one).
+fn kill_cgroup(path: &Path) {
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    let mut dirs: Vec<PathBuf> = vec![Path::new("/sys/fs/cgroup").join(rel)];
+    for entry in fs::read_dir("/sys/fs/cgroup")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        dirs.push(entry.path().join(rel));
+    }
+    dirs.retain(|d| d.join("cgroup.procs").is_file());
+    for _ in 0..100 {
+        let mut alive = false;
+        for d in &dirs {
+            for pid in fs::read_to_string(d.join("cgroup.procs"))
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.trim().parse::<i32>().ok())
+            {
+                alive = true;
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            }
+        }
+        if !alive {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    for d in dirs {
+        let _ = fs::remove_dir(&d);
+    }
+}
+
+/// An id range allocated to `id` whose slot was never recorded (killed
+/// between the two steps): found by its owner line in the allocation file.
+fn release_orphan_slot(root: &StateRoot, id: &str) {
+    if host::rootless() {
+        return;
+    }
+    let owner = format!("{}\n{id}", root.path().display());
+    for entry in fs::read_dir(policy::ID_DIR).into_iter().flatten().flatten() {
+        // Allocation files are tiny; anything else is not one of ours.
+        if entry.metadata().is_ok_and(|m| m.size() > 4096) {
+            continue;
+        }
+        if fs::read_to_string(entry.path()).is_ok_and(|text| text == owner) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// A process forked at the start of a call that outlives a runsbx killed
+/// with SIGKILL and removes what it left: its sandbox processes (by user
+/// namespace when rootless, by cgroup and notify socket as root), its
+/// state, mounts' directories and id range. A call that ends normally
+/// drops it.
+pub(crate) struct Watchdog {
+    pid: Pid,
+    disarm: std::os::fd::OwnedFd,
+}
+
+impl Watchdog {
+    /// Forks the watchdog. Call it before the container is created (the
+    /// process must still be single-threaded) and after the call's
+    /// directory exists.
+    pub(crate) fn spawn(root: &StateRoot, id: &str) -> crate::Result<Self> {
+        use crate::error::RuntimeError;
+        use nix::unistd::{fork, ForkResult};
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| RuntimeError::sys("pipe2 for the call's watchdog", e))?;
+        let parent = nix::unistd::getpid();
+        // SAFETY: runsbx is single-threaded here (no proxy, no container
+        // yet); the child only makes syscalls and exits.
+        match unsafe { fork() }.map_err(|e| RuntimeError::sys("fork the call's watchdog", e))? {
+            ForkResult::Parent { child } => {
+                drop(r);
+                Ok(Self {
+                    pid: child,
+                    disarm: w,
+                })
+            }
+            ForkResult::Child => {
+                drop(w);
+                let code = watch(root, id, parent, r);
+                // SAFETY: leaving the forked child without running the
+                // parent's destructors or atexit handlers.
+                unsafe { libc::_exit(code) }
+            }
+        }
+    }
+}
+
+impl Drop for Watchdog {
+    /// The call cleaned up after itself (or is returning an error, having
+    /// removed what it made): the watchdog exits.
+    fn drop(&mut self) {
+        let _ = nix::unistd::write(&self.disarm, b"d");
+        let _ = nix::sys::wait::waitpid(self.pid, None);
+    }
+}
+
+fn watch(root: &StateRoot, id: &str, parent: Pid, disarm: std::os::fd::OwnedFd) -> i32 {
+    use nix::sys::signal::{SigSet, SigmaskHow};
+    // The watchdog holds nothing of the caller's: its stdout must not keep
+    // a pipe open for whoever reads runsbx's output.
+    if let Ok(null) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        use std::os::fd::AsRawFd;
+        for fd in 0..3 {
+            let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
+        }
+    }
+    let mut mask = SigSet::empty();
+    mask.add(Signal::SIGUSR1);
+    let _ = nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&mask), None);
+    // SAFETY: prctl with integer arguments.
+    unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGUSR1) };
+    if nix::unistd::getppid() != parent {
+        // The parent died before the death signal was armed.
+        return abandon(root, id);
+    }
+    let Ok(sfd) = nix::sys::signalfd::SignalFd::new(&mask) else {
+        return 1;
+    };
+    use std::os::fd::AsFd;
+    let mut fds = [
+        nix::poll::PollFd::new(disarm.as_fd(), nix::poll::PollFlags::POLLIN),
+        nix::poll::PollFd::new(sfd.as_fd(), nix::poll::PollFlags::POLLIN),
+    ];
+    loop {
+        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::NONE) {
+            Ok(_) => {}
+            Err(nix::Error::EINTR) => continue,
+            Err(_) => return 1,
+        }
+        let disarmed = fds[0].revents().is_some_and(|r| !r.is_empty());
+        let orphaned = fds[1].revents().is_some_and(|r| !r.is_empty());
+        if disarmed && !orphaned {
+            let mut byte = [0u8; 1];
+            // A byte: the call is done. EOF without it: the pipe's write end
+            // is gone with every process that held it, so the call is dead.
+            if nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&disarm), &mut byte) == Ok(1) {
+                return 0;
+            }
+        }
+        if orphaned || disarmed {
+            return abandon(root, id);
+        }
+    }
+}
+
+/// The call's runsbx is gone: kill what it made, then reclaim its state.
+fn abandon(root: &StateRoot, id: &str) -> i32 {
+    if crate::cgroupless::userns_from().is_some() {
+        // Everything the call made is in this user namespace or below it;
+        // nothing else is. Killed until none is left (a clone in flight
+        // when the scan ran shows up in the next one).
+        let Ok(own) = fs::metadata("/proc/self/ns/user").map(|m| m.ino()) else {
+            return 1;
+        };
+        let me = Pid::this();
+        for _ in 0..50 {
+            let pids: Vec<Pid> = in_user_namespace(own)
+                .into_iter()
+                .filter(|p| *p != me)
+                .collect();
+            if pids.is_empty() {
+                break;
+            }
+            for pid in pids {
+                let _ = kill(pid, Signal::SIGKILL);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+    match root.lock(id) {
+        Ok(_lock) => {
+            reclaim(root, id);
+            // The watchdog shares the call's private mount namespace: the
+            // workspace tmpfs is still mounted here.
+            let dir = root.path().join("@calls").join(id);
+            let _ = nix::mount::umount2(&dir.join("workspace"), nix::mount::MntFlags::MNT_DETACH);
+            let _ = fs::remove_dir_all(dir);
+            0
+        }
+        Err(_) => 1,
+    }
+}
