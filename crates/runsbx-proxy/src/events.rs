@@ -1,0 +1,200 @@
+//! Deny events and counters: what the call result reports about egress.
+//!
+//! The sink is bounded (a sandbox can provoke refusals in a loop): the first
+//! `max_events` are kept, the rest are only counted. The first ones are the
+//! ones that explain what the code tried.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+use crate::addr::AddressClass;
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "code", rename_all = "snake_case")]
+pub enum DenyReason {
+    /// The host (or port) is not on the allowlist.
+    NotAllowed,
+    /// The host is an IP address (in any spelling) that is not on the
+    /// allowlist as such.
+    IpLiteral,
+    /// The name resolved to an address that is not public.
+    AddressClass { class: AddressClass, addr: IpAddr },
+    /// The name did not resolve (or not in time).
+    ResolveFailed,
+    /// Not a proxy request the proxy understands.
+    BadRequest,
+    /// A limit: too many connections, or a connection's byte budget.
+    LimitReached,
+}
+
+impl DenyReason {
+    /// The code in the `X-Runsbx-Deny` header and in the event.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NotAllowed => "not_allowed",
+            Self::IpLiteral => "ip_literal",
+            Self::AddressClass { .. } => "address_class",
+            Self::ResolveFailed => "resolve_failed",
+            Self::BadRequest => "bad_request",
+            Self::LimitReached => "limit_reached",
+        }
+    }
+}
+
+/// One refusal, as the call result reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DenyEvent {
+    /// When, serialised as RFC 3339.
+    pub time: DateTime<Utc>,
+    /// The sandbox-side peer (an address on the sandbox's own loopback).
+    pub client: SocketAddr,
+    /// `CONNECT`, `GET`, ...; empty when no request was read.
+    pub method: String,
+    /// The host as asked for (printable ASCII, at most 255 characters);
+    /// empty when none was read.
+    pub host: String,
+    /// 0 when none was read.
+    pub port: u16,
+    pub reason: DenyReason,
+    /// The sentence the client was sent.
+    pub message: String,
+}
+
+/// Counters, as the call result reports them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct ProxyStats {
+    /// Connections accepted, including those refused at the limit.
+    pub connections: u64,
+    /// Connections being served now.
+    pub active: u64,
+    /// Refusals, including those not kept as events (and the refusals at
+    /// the connection limit, one event per burst).
+    pub denied: u64,
+    /// Upstreams that could not be reached (answered 502).
+    pub upstream_errors: u64,
+    /// Bytes from the sandbox to upstreams (request heads as rewritten).
+    pub bytes_up: u64,
+    /// Bytes from upstreams to the sandbox.
+    pub bytes_down: u64,
+}
+
+/// Shared between the serving thread and the handle.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    max_events: usize,
+    events: Mutex<Vec<DenyEvent>>,
+    pub dropped: AtomicU64,
+    pub connections: AtomicU64,
+    pub active: AtomicU64,
+    pub denied: AtomicU64,
+    pub upstream_errors: AtomicU64,
+    pub bytes_up: AtomicU64,
+    pub bytes_down: AtomicU64,
+}
+
+impl Shared {
+    pub fn new(max_events: usize) -> Self {
+        Self {
+            max_events,
+            events: Mutex::new(Vec::new()),
+            dropped: AtomicU64::new(0),
+            connections: AtomicU64::new(0),
+            active: AtomicU64::new(0),
+            denied: AtomicU64::new(0),
+            upstream_errors: AtomicU64::new(0),
+            bytes_up: AtomicU64::new(0),
+            bytes_down: AtomicU64::new(0),
+        }
+    }
+
+    /// Log the event and keep it if there is room.
+    pub fn record(&self, event: DenyEvent) {
+        tracing::info!(
+            client = %event.client,
+            method = %event.method,
+            host = %event.host,
+            port = event.port,
+            reason = event.reason.code(),
+            "egress denied: {}",
+            event.message
+        );
+        self.denied.fetch_add(1, Ordering::Relaxed);
+        // A panic while holding the lock cannot leave the Vec half-pushed.
+        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
+        if events.len() < self.max_events {
+            events.push(event);
+        } else {
+            self.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn events(&self) -> Vec<DenyEvent> {
+        self.events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn stats(&self) -> ProxyStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        ProxyStats {
+            connections: get(&self.connections),
+            active: get(&self.active),
+            denied: get(&self.denied),
+            upstream_errors: get(&self.upstream_errors),
+            bytes_up: get(&self.bytes_up),
+            bytes_down: get(&self.bytes_down),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn event(reason: DenyReason) -> DenyEvent {
+        DenyEvent {
+            time: Utc::now(),
+            client: "127.0.0.1:40000".parse().unwrap(),
+            method: "CONNECT".into(),
+            host: "example.com".into(),
+            port: 443,
+            reason,
+            message: "m".into(),
+        }
+    }
+
+    #[test]
+    fn keeps_the_first_events_and_counts_the_rest() {
+        let shared = Shared::new(3);
+        for _ in 0..5 {
+            shared.record(event(DenyReason::NotAllowed));
+        }
+        assert_eq!(shared.events().len(), 3);
+        assert_eq!(shared.dropped.load(Ordering::Relaxed), 2);
+        assert_eq!(shared.stats().denied, 5);
+    }
+
+    #[test]
+    fn events_serialise_with_a_reason_code() {
+        let e = event(DenyReason::AddressClass {
+            class: AddressClass::Loopback,
+            addr: "127.0.0.1".parse().unwrap(),
+        });
+        let v = serde_json::to_value(&e).unwrap();
+        assert_eq!(v["reason"]["code"], "address_class");
+        assert_eq!(v["reason"]["class"], "loopback");
+        assert_eq!(v["reason"]["addr"], "127.0.0.1");
+        assert_eq!(v["client"], "127.0.0.1:40000");
+        let time = v["time"].as_str().unwrap();
+        assert!(DateTime::parse_from_rfc3339(time).is_ok(), "{time}");
+        let v = serde_json::to_value(event(DenyReason::NotAllowed)).unwrap();
+        assert_eq!(v["reason"], serde_json::json!({"code": "not_allowed"}));
+    }
+}

@@ -1,0 +1,351 @@
+//! Serving the listener: accept within the connection limit, read one
+//! request head, check the destination, connect, relay.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::oneshot;
+use tokio::time::{timeout, timeout_at, Instant};
+
+use crate::events::{DenyEvent, DenyReason, Shared};
+use crate::guard::{deny_message, Guard};
+use crate::http::{forward_head, head_end, parse_request, Kind, MAX_HEAD};
+use crate::relay::{relay, End, Meter};
+
+/// The proxy's fixed settings, checked and normalised by `spawn`.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    pub guard: Guard,
+    pub max_connections: usize,
+    pub idle_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub header_timeout: Duration,
+    pub max_bytes: u64,
+}
+
+/// After a refusal, how long and how much the proxy keeps reading what the
+/// client still sends, so that closing does not reset the connection
+/// before the client has read the answer.
+const LINGER: Duration = Duration::from_secs(1);
+const LINGER_BYTES: usize = 64 * 1024;
+
+/// Accept until `stop` fires (or its sender is dropped).
+pub(crate) async fn serve(
+    listener: TcpListener,
+    settings: Arc<Settings>,
+    shared: Arc<Shared>,
+    mut stop: oneshot::Receiver<()>,
+) {
+    // One LimitReached event per burst of refusals, not one per connection.
+    let mut refusing = false;
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                tracing::error!(error = %e, "egress proxy: the listener does not accept; stopping");
+                break;
+            }
+            Err(e) => {
+                // EMFILE and the like: the connection waits in the backlog.
+                // Pause instead of spinning on it.
+                tracing::warn!(error = %e, "egress proxy: accept failed");
+                tokio::select! {
+                    _ = &mut stop => break,
+                    () = tokio::time::sleep(Duration::from_millis(50)) => continue,
+                }
+            }
+        };
+        shared.connections.fetch_add(1, Ordering::Relaxed);
+        if shared.active.load(Ordering::Relaxed) >= settings.max_connections as u64 {
+            refuse_at_limit(stream, peer, &settings, &shared, !refusing);
+            refusing = true;
+            continue;
+        }
+        refusing = false;
+        shared.active.fetch_add(1, Ordering::Relaxed);
+        // Made here and moved in: a task dropped before its first poll
+        // (at shutdown) still gives its place back.
+        let active = Active(Arc::clone(&shared));
+        let settings = Arc::clone(&settings);
+        let shared = Arc::clone(&shared);
+        tokio::spawn(async move {
+            let _active = active;
+            handle(stream, peer, &settings, &shared).await;
+        });
+    }
+    tracing::debug!("egress proxy: stopped accepting");
+}
+
+/// Counts a connection as active for as long as its task lives (including
+/// when the runtime drops the task at shutdown).
+struct Active(Arc<Shared>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Over the limit: answer 503 without waiting (the socket buffer is empty,
+/// so the write cannot block) and close at once, so that a flood of
+/// connections holds no more than the limit's worth of descriptors.
+fn refuse_at_limit(
+    stream: TcpStream,
+    peer: SocketAddr,
+    settings: &Settings,
+    shared: &Shared,
+    record: bool,
+) {
+    let detail = format!(
+        "at most {} connections at once; retry later",
+        settings.max_connections
+    );
+    let message = deny_message(&DenyReason::LimitReached, "", 0, &detail);
+    let response = response(
+        503,
+        "Service Unavailable",
+        Some(DenyReason::LimitReached.code()),
+        &message,
+    );
+    let _ = stream.try_write(&response);
+    if record {
+        shared.record(event(peer, "", "", 0, DenyReason::LimitReached, message));
+    } else {
+        shared.denied.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+enum Head {
+    Complete { len: usize, filled: usize },
+    TooLarge,
+    Eof,
+}
+
+async fn read_head(stream: &mut TcpStream, buf: &mut [u8]) -> io::Result<Head> {
+    let mut filled = 0;
+    loop {
+        if filled == buf.len() {
+            return Ok(Head::TooLarge);
+        }
+        let n = stream.read(&mut buf[filled..]).await?;
+        if n == 0 {
+            return Ok(Head::Eof);
+        }
+        // The blank line may straddle two reads.
+        let from = filled.saturating_sub(3);
+        filled += n;
+        if let Some(end) = head_end(&buf[from..filled]) {
+            return Ok(Head::Complete {
+                len: from + end,
+                filled,
+            });
+        }
+    }
+}
+
+async fn handle(mut stream: TcpStream, peer: SocketAddr, s: &Settings, shared: &Shared) {
+    let _ = stream.set_nodelay(true);
+    let mut buf = vec![0u8; MAX_HEAD];
+    let (len, filled) = match timeout(s.header_timeout, read_head(&mut stream, &mut buf)).await {
+        Ok(Ok(Head::Complete { len, filled })) => (len, filled),
+        Ok(Ok(Head::TooLarge)) => {
+            let reason = format!("request head larger than {} KiB", MAX_HEAD / 1024);
+            return deny(
+                stream,
+                peer,
+                shared,
+                ("", "", 0),
+                DenyReason::BadRequest,
+                &reason,
+            )
+            .await;
+        }
+        Ok(Ok(Head::Eof)) | Ok(Err(_)) => return,
+        Err(_) => {
+            tracing::debug!(%peer, "egress proxy: request head not complete in time");
+            let msg = format!(
+                "runsbx: request head not received within {:?}",
+                s.header_timeout
+            );
+            return finish(stream, &response(408, "Request Timeout", None, &msg)).await;
+        }
+    };
+    let req = match parse_request(&buf[..len]) {
+        Ok(req) => req,
+        Err(bad) => {
+            let who = (bad.method.as_str(), bad.host.as_str(), bad.port);
+            return deny(
+                stream,
+                peer,
+                shared,
+                who,
+                DenyReason::BadRequest,
+                &bad.reason,
+            )
+            .await;
+        }
+    };
+    let host = req.host.to_string();
+    let who = (req.method.as_str(), host.as_str(), req.port);
+    let addrs = match s.guard.check(&req.host, req.port).await {
+        Ok(addrs) => addrs,
+        Err(reason) => return deny(stream, peer, shared, who, reason, "").await,
+    };
+    let mut upstream = match connect(&addrs, s.connect_timeout).await {
+        Ok(upstream) => upstream,
+        Err(e) => {
+            shared.upstream_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(%peer, %host, port = req.port, error = %e, "egress proxy: upstream unreachable");
+            let msg = format!("runsbx: could not connect to {host}:{}: {e}", req.port);
+            return finish(stream, &response(502, "Bad Gateway", None, &msg)).await;
+        }
+    };
+    tracing::debug!(%peer, method = %req.method, %host, port = req.port, "egress proxy: connected");
+    let forward = matches!(req.kind, Kind::Forward { .. });
+    let started = if forward {
+        let head = forward_head(&req);
+        shared
+            .bytes_up
+            .fetch_add(head.len() as u64, Ordering::Relaxed);
+        timeout(s.idle_timeout, upstream.write_all(&head)).await
+    } else {
+        let ok = b"HTTP/1.1 200 Connection established\r\n\r\n";
+        timeout(s.idle_timeout, stream.write_all(ok)).await
+    };
+    if !matches!(started, Ok(Ok(()))) {
+        return;
+    }
+    let meter = Meter::new(
+        &shared.bytes_up,
+        &shared.bytes_down,
+        s.max_bytes,
+        s.idle_timeout,
+    );
+    match relay(
+        &mut stream,
+        &mut upstream,
+        &mut buf,
+        len..filled,
+        forward,
+        &meter,
+    )
+    .await
+    {
+        End::Done => {}
+        End::Idle => tracing::debug!(%peer, %host, "egress proxy: idle connection closed"),
+        End::Io(e) => tracing::debug!(%peer, %host, error = %e, "egress proxy: connection ended"),
+        End::Budget => {
+            let detail = format!("connection closed after {} bytes", s.max_bytes);
+            let message = deny_message(&DenyReason::LimitReached, "", 0, &detail);
+            shared.record(event(
+                peer,
+                who.0,
+                who.1,
+                who.2,
+                DenyReason::LimitReached,
+                message,
+            ));
+        }
+    }
+}
+
+/// Refuse with the status the reason calls for, and record the event.
+async fn deny(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Shared,
+    (method, host, port): (&str, &str, u16),
+    reason: DenyReason,
+    detail: &str,
+) {
+    let message = deny_message(&reason, host, port, detail);
+    let (status, text) = match reason {
+        DenyReason::BadRequest => (400, "Bad Request"),
+        DenyReason::LimitReached => (503, "Service Unavailable"),
+        _ => (403, "Forbidden"),
+    };
+    let bytes = response(status, text, Some(reason.code()), &message);
+    shared.record(event(peer, method, host, port, reason, message));
+    finish(stream, &bytes).await;
+}
+
+fn event(
+    peer: SocketAddr,
+    method: &str,
+    host: &str,
+    port: u16,
+    reason: DenyReason,
+    message: String,
+) -> DenyEvent {
+    DenyEvent {
+        time: Utc::now(),
+        client: peer,
+        method: method.to_owned(),
+        host: host.to_owned(),
+        port,
+        reason,
+        message,
+    }
+}
+
+fn response(status: u16, text: &str, deny: Option<&str>, message: &str) -> Vec<u8> {
+    let body = format!("{message}\n");
+    let deny = deny
+        .map(|code| format!("X-Runsbx-Deny: {code}\r\n"))
+        .unwrap_or_default();
+    format!(
+        "HTTP/1.1 {status} {text}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n{deny}Connection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// Send a final answer and close: write, half-close, then read and drop
+/// what the client still sends for a short while (bounded), so that the
+/// close is a FIN after the answer and not a reset that may destroy it.
+async fn finish(mut stream: TcpStream, bytes: &[u8]) {
+    let _ = timeout(LINGER, async {
+        stream.write_all(bytes).await?;
+        stream.shutdown().await?;
+        let mut sink = [0u8; 1024];
+        let mut drained = 0;
+        while drained < LINGER_BYTES {
+            match stream.read(&mut sink).await? {
+                0 => break,
+                n => drained += n,
+            }
+        }
+        io::Result::Ok(())
+    })
+    .await;
+}
+
+/// Connect to the first address that answers, all within `limit`.
+async fn connect(addrs: &[SocketAddr], limit: Duration) -> io::Result<TcpStream> {
+    let deadline = Instant::now() + limit;
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address to connect to");
+    for addr in addrs {
+        match timeout_at(deadline, TcpStream::connect(addr)).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Ok(Err(e)) => last = e,
+            Err(_) => {
+                let msg = format!("no connection within {limit:?}");
+                return Err(io::Error::new(io::ErrorKind::TimedOut, msg));
+            }
+        }
+    }
+    Err(last)
+}
