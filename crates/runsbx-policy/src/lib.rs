@@ -44,6 +44,48 @@ pub struct HostFacts {
     /// profile's tmpfs, so that inputs can be put in and outputs taken out
     /// from the host side. Never set from a spec or an annotation.
     pub call_workspace: Option<std::path::PathBuf>,
+    /// For a container of a Kubernetes pod: the namespaces of the pod's
+    /// sandbox container the runtime verified it may join. Never set from
+    /// a spec or an annotation.
+    pub pod: Option<PodJoin>,
+}
+
+/// What the runtime verified about the pod a container belongs to: each
+/// namespace path the spec names is a namespace of the pod's live sandbox
+/// container in runsbx's own state root, and none is the host's. The
+/// runtime holds each namespace open while the container is created and
+/// gives the path it is held at (`pinned`), so that what is joined is what
+/// was verified, even if the sandbox's pid is reused meanwhile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodJoin {
+    /// The pod sandbox container's id.
+    pub sandbox: String,
+    pub namespaces: Vec<PodNamespace>,
+    /// The sandbox's user namespace (joined by every container of the
+    /// pod, so that its other namespaces can be joined) and its mappings.
+    pub user_namespace: std::path::PathBuf,
+    pub uid_mappings: Vec<oci_spec::runtime::LinuxIdMapping>,
+    pub gid_mappings: Vec<oci_spec::runtime::LinuxIdMapping>,
+}
+
+/// One verified namespace of a pod's sandbox container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodNamespace {
+    pub typ: oci_spec::runtime::LinuxNamespaceType,
+    /// The path as the spec gives it.
+    pub path: std::path::PathBuf,
+    /// Where the runtime holds that namespace open.
+    pub pinned: std::path::PathBuf,
+}
+
+/// The annotations by which containerd's CRI plugin and CRI-O mark a pod's
+/// sandbox (pause) container.
+pub fn is_pod_sandbox(spec: &oci_spec::runtime::Spec) -> bool {
+    spec.annotations().as_ref().is_some_and(|a| {
+        a.get("io.kubernetes.cri.container-type")
+            .or_else(|| a.get("io.kubernetes.cri-o.ContainerType"))
+            .is_some_and(|t| t == "sandbox")
+    })
 }
 
 /// A range of host ids: `size` ids from `base`.

@@ -11,6 +11,18 @@ use crate::harden::{
 };
 use crate::{HostFacts, PolicyError, Profile};
 
+/// Whether `path` is where the runtime holds a namespace of type `typ` of
+/// the container's pod sandbox, verified (see [`crate::PodJoin`]).
+fn pod_verified(host: &HostFacts, typ: oci_spec::runtime::LinuxNamespaceType, path: &Path) -> bool {
+    host.pod.as_ref().is_some_and(|pod| {
+        (typ == oci_spec::runtime::LinuxNamespaceType::User && path == pod.user_namespace)
+            || pod
+                .namespaces
+                .iter()
+                .any(|n| n.typ == typ && n.pinned == path)
+    })
+}
+
 pub fn verify(spec: &Spec, profile: &Profile, host: &HostFacts) -> Result<(), PolicyError> {
     let fail = |what: String| Err(PolicyError::Verify(what));
     let Some(linux) = spec.linux() else {
@@ -24,10 +36,28 @@ pub fn verify(spec: &Spec, profile: &Profile, host: &HostFacts) -> Result<(), Po
     for typ in REQUIRED_NAMESPACES {
         match namespaces.iter().find(|ns| ns.typ() == *typ) {
             None => return fail(format!("no {typ:?} namespace")),
-            Some(ns) if ns.path().is_some() && !profile.namespace_join => {
-                return fail(format!("{typ:?} namespace is joined by path"))
-            }
-            _ => {}
+            Some(ns) => match ns.path() {
+                Some(path) if !profile.namespace_join && !pod_verified(host, *typ, path) => {
+                    return fail(format!("{typ:?} namespace is joined by path"))
+                }
+                _ => {}
+            },
+        }
+    }
+    if let Some(pod) = &host.pod {
+        // A pod's container is in its sandbox's user namespace, with its
+        // mappings, and nowhere else.
+        let user = namespaces
+            .iter()
+            .find(|ns| ns.typ() == oci_spec::runtime::LinuxNamespaceType::User);
+        if user.and_then(|ns| ns.path().as_ref()) != Some(&pod.user_namespace)
+            || linux.uid_mappings().as_ref() != Some(&pod.uid_mappings)
+            || linux.gid_mappings().as_ref() != Some(&pod.gid_mappings)
+        {
+            return fail(format!(
+                "not in the user namespace of pod sandbox `{}`",
+                pod.sandbox
+            ));
         }
     }
     for map in [linux.uid_mappings(), linux.gid_mappings()] {

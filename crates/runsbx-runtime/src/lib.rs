@@ -14,6 +14,7 @@ pub mod host;
 pub mod image;
 pub mod lifecycle;
 mod netns;
+mod pod;
 pub mod policy;
 mod procs;
 pub mod query;

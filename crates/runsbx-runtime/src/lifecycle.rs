@@ -257,7 +257,7 @@ pub fn harden_bundle(bundle: &Path, config: Option<&Path>) -> Result<runsbx_poli
         base: policy.config.uid_base,
         size: policy.config.uid_range_size,
     });
-    policy::apply(&policy, bundle::absolutize(&source), range, None)
+    policy::apply(&policy, bundle::absolutize(&source), range, None, None)
 }
 
 fn build_from(
@@ -269,9 +269,20 @@ fn build_from(
     policy: &Policy,
     mut call: Option<CallParts<'_>>,
 ) -> Result<Container> {
-    // As real root, the sandbox's ids are an unprivileged range of its own.
+    // A pod's container joins its sandbox's namespaces, verified here and
+    // held open until it is built.
+    let pod = crate::pod::verify(root, &source.spec)?;
+    // As real root, the sandbox's ids are an unprivileged range of its own
+    // (a pod's containers share their sandbox's).
     let range = if host::rootless() {
         None
+    } else if let Some(pod) = &pod {
+        Some(pod.range.ok_or_else(|| {
+            RuntimeError::invalid(
+                format!("pod sandbox `{}`", pod.join.sandbox),
+                "its user namespace maps no id range of runsbx's",
+            )
+        })?)
     } else {
         let owner = format!("{}\n{id}", root.path().display());
         let (slot, range) = policy::allocate_id_range(&policy.config, &owner)?;
@@ -282,7 +293,8 @@ fn build_from(
         Some(range)
     };
     let workspace = call.as_ref().and_then(|c| c.workspace);
-    let hardened = policy::apply(policy, bundle::absolutize(source), range, workspace)?;
+    let pod_join = pod.as_ref().map(|p| p.join.clone());
+    let hardened = policy::apply(policy, bundle::absolutize(source), range, workspace, pod_join)?;
     let report = serde_json::json!({
         "changes": hardened.changes,
         "attestation": hardened.attestation,

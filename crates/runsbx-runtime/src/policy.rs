@@ -112,6 +112,7 @@ pub fn host_facts(id_range: Option<IdRange>) -> HostFacts {
         cgroups: host::can_manage_cgroups(),
         proc_subset: kernel_at_least(5, 8),
         call_workspace: None,
+        pod: None,
     }
 }
 
@@ -144,10 +145,12 @@ pub fn apply(
     spec: Spec,
     id_range: Option<IdRange>,
     call_workspace: Option<&Path>,
+    pod: Option<runsbx_policy::PodJoin>,
 ) -> Result<Hardened> {
     let profile = policy.profile_for(&spec)?;
     let host = HostFacts {
         call_workspace: call_workspace.map(Path::to_path_buf),
+        pod,
         ..host_facts(id_range)
     };
     let hardened = harden(spec, &profile, &host).map_err(policy_err)?;

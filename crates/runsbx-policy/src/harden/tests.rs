@@ -25,6 +25,7 @@ fn as_root() -> HostFacts {
         cgroups: true,
         proc_subset: true,
         call_workspace: None,
+        pod: None,
     }
 }
 
@@ -547,4 +548,144 @@ fn ping_group_range_is_cut_to_mapped_gids() {
     assert_eq!(with("0 2147483647", &rootless()).as_deref(), Some("0 0"));
     assert_eq!(with("1 0", &as_root()).as_deref(), Some("1 0"));
     assert_eq!(with("70000 80000", &as_root()), None);
+}
+
+fn with_net_path(path: &str, annotations: &[(&str, &str)]) -> Spec {
+    let mut spec = load("containerd.json");
+    let linux = spec.linux_mut().as_mut().unwrap();
+    let mut nss = linux.namespaces().clone().unwrap();
+    nss.retain(|n| n.typ() != LinuxNamespaceType::Network);
+    nss.push(
+        LinuxNamespaceBuilder::default()
+            .typ(LinuxNamespaceType::Network)
+            .path(path)
+            .build()
+            .unwrap(),
+    );
+    linux.set_namespaces(Some(nss));
+    let mut a = spec.annotations().clone().unwrap_or_default();
+    for (k, v) in annotations {
+        a.insert((*k).to_owned(), (*v).to_owned());
+    }
+    spec.set_annotations(Some(a));
+    spec
+}
+
+fn in_pod() -> HostFacts {
+    let map = |base: u32| {
+        oci_spec::runtime::LinuxIdMappingBuilder::default()
+            .container_id(0u32)
+            .host_id(base)
+            .size(65_536u32)
+            .build()
+            .unwrap()
+    };
+    HostFacts {
+        pod: Some(crate::PodJoin {
+            sandbox: "pause".to_owned(),
+            namespaces: vec![crate::PodNamespace {
+                typ: LinuxNamespaceType::Network,
+                path: PathBuf::from("/proc/4242/ns/net"),
+                pinned: PathBuf::from("/proc/self/fd/7"),
+            }],
+            user_namespace: PathBuf::from("/proc/self/fd/6"),
+            uid_mappings: vec![map(1_000_065_536)],
+            gid_mappings: vec![map(1_000_065_536)],
+        }),
+        ..as_root()
+    }
+}
+
+#[test]
+fn a_pod_container_joins_only_what_the_runtime_verified() {
+    let container = [
+        ("io.kubernetes.cri.container-type", "container"),
+        ("io.kubernetes.cri.sandbox-id", "pause"),
+    ];
+    let host = in_pod();
+    let hardened = harden(
+        with_net_path("/proc/4242/ns/net", &container),
+        &profile(),
+        &host,
+    )
+    .unwrap();
+    verify(&hardened.spec, &profile(), &host).unwrap();
+    let linux = hardened.spec.linux().clone().unwrap();
+    let nss = linux.namespaces().clone().unwrap();
+    let path_of = |t| {
+        nss.iter()
+            .find(|n| n.typ() == t)
+            .and_then(|n| n.path().clone())
+    };
+    // The pinned paths, the sandbox's user namespace and its mappings.
+    assert_eq!(
+        path_of(LinuxNamespaceType::Network),
+        Some(PathBuf::from("/proc/self/fd/7"))
+    );
+    assert_eq!(
+        path_of(LinuxNamespaceType::User),
+        Some(PathBuf::from("/proc/self/fd/6"))
+    );
+    assert_eq!(
+        linux.uid_mappings().as_ref().unwrap()[0].host_id(),
+        1_000_065_536
+    );
+    // Idempotent.
+    let again = harden(hardened.spec.clone(), &profile(), &host).unwrap();
+    assert_eq!(again.spec, hardened.spec);
+
+    // Unverified paths, the host's, a CNI namespace: refused, with or
+    // without a verified pod.
+    for path in [
+        "/proc/4243/ns/net",
+        "/proc/1/ns/net",
+        "/var/run/netns/cni-1234",
+    ] {
+        for host in [as_root(), in_pod()] {
+            assert!(
+                matches!(
+                    harden(with_net_path(path, &container), &profile(), &host),
+                    Err(PolicyError::Refused { .. })
+                ),
+                "{path} joined"
+            );
+        }
+    }
+    // verify refuses a join the runtime did not verify, however made.
+    let mut spec = hardened.spec.clone();
+    let l = spec.linux_mut().as_mut().unwrap();
+    let mut nss = l.namespaces().clone().unwrap();
+    for n in nss.iter_mut() {
+        if n.typ() == LinuxNamespaceType::Network {
+            n.set_path(Some(PathBuf::from("/proc/1/ns/net")));
+        }
+    }
+    l.set_namespaces(Some(nss));
+    assert!(verify(&spec, &profile(), &host).is_err());
+    assert!(verify(&hardened.spec, &profile(), &as_root()).is_err());
+}
+
+#[test]
+fn a_pod_sandbox_gets_a_new_network_instead_of_cni_s() {
+    let sandbox = [("io.kubernetes.cri.container-type", "sandbox")];
+    let hardened = harden(
+        with_net_path("/var/run/netns/cni-1234", &sandbox),
+        &profile(),
+        &as_root(),
+    )
+    .unwrap();
+    verify(&hardened.spec, &profile(), &as_root()).unwrap();
+    let nss = hardened
+        .spec
+        .linux()
+        .clone()
+        .unwrap()
+        .namespaces()
+        .clone()
+        .unwrap();
+    assert!(nss.iter().all(|n| n.path().is_none()), "{nss:?}");
+    assert!(hardened
+        .attestation
+        .iter()
+        .any(|l| l.layer == "network_loopback_only" && l.in_force));
 }

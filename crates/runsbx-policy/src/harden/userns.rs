@@ -87,6 +87,18 @@ type Maps = (Vec<LinuxIdMapping>, Vec<LinuxIdMapping>, String);
 
 fn mappings(cx: &Cx) -> Result<Maps, PolicyError> {
     let host = cx.host;
+    if let Some(pod) = &host.pod {
+        // The pod sandbox's user namespace is joined: its mappings.
+        return Ok((
+            pod.uid_mappings.clone(),
+            pod.gid_mappings.clone(),
+            format!(
+                "the user namespace of pod sandbox `{}`: {}",
+                pod.sandbox,
+                describe_host(&pod.uid_mappings)
+            ),
+        ));
+    }
     if let Some(range) = host.id_range {
         let m = map(0, range.base, range.size)?;
         return Ok((
@@ -163,6 +175,21 @@ fn check_user_is_mapped(
         }
     }
     Ok(())
+}
+
+fn describe_host(maps: &[LinuxIdMapping]) -> String {
+    maps.iter()
+        .map(|m| {
+            format!(
+                "container ids {}-{} are host ids {}-{}",
+                m.container_id(),
+                u64::from(m.container_id()) + u64::from(m.size()) - 1,
+                m.host_id(),
+                u64::from(m.host_id()) + u64::from(m.size()) - 1
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn describe(maps: &[LinuxIdMapping]) -> String {
