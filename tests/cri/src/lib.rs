@@ -126,7 +126,10 @@ pub fn docker_archive(rootfs: &Path, tag: &str, cmd: &[&str], out: &Path) {
     let config = serde_json::json!({
         "architecture": "amd64",
         "os": "linux",
-        "config": { "Cmd": cmd },
+        "config": {
+            "Cmd": cmd,
+            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+        },
         "rootfs": { "type": "layers", "diff_ids": [format!("sha256:{digest}")] },
     });
     fs::write(work.path().join("config.json"), config.to_string()).unwrap();
@@ -166,13 +169,16 @@ pub fn run_ok(cmd: &mut Command) -> String {
 /// given to [`Daemon::on_drop`], deletes whatever runsbx still holds in
 /// `runsbx_root`, stops the daemon and every process that names `dir`,
 /// and removes `dir`.
+/// What to undo in a daemon before it is stopped.
+type Cleanup = Box<dyn FnMut(&Daemon)>;
+
 pub struct Daemon {
     pub dir: tempfile::TempDir,
     pub child: Option<Child>,
     pub runsbx: PathBuf,
     pub runsbx_root: PathBuf,
     pub log: PathBuf,
-    cleanup: Option<Box<dyn FnMut(&Daemon)>>,
+    cleanup: Option<Cleanup>,
 }
 
 impl Daemon {
