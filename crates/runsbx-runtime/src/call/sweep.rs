@@ -53,26 +53,33 @@ pub fn sweep(root: &StateRoot) {
 }
 
 fn reclaim(root: &StateRoot, id: &str) {
-    // The normal path first: a state file that loads.
-    if let Ok(mut c) = lifecycle::load(root, id) {
-        match lifecycle::destroy(root, &mut c) {
-            Ok(()) => return,
-            Err(e) => tracing::warn!(id, "delete the interrupted call's sandbox: {e}"),
+    // Every process first, found without the state file, which may be
+    // missing, half-written, or name only the init: by user namespace
+    // (rootless), by the notify socket a waiting init listens on, and by
+    // cgroup (as root). libcontainer's intermediate process joins the
+    // cgroup by itself shortly after it is cloned, so the search goes on
+    // until it has come up empty several times in a row.
+    let mut quiet = 0;
+    for _ in 0..200 {
+        if kill_processes(root, id) == 0 {
+            quiet += 1;
+            if quiet == 5 {
+                break;
+            }
+        } else {
+            quiet = 0;
         }
-    }
-    let dir = root.container_dir(id);
-    if let Some(userns) = recorded_userns(root, id) {
-        for pid in in_user_namespace(userns) {
-            tracing::info!(id, %pid, "killing a process of the interrupted call");
-            let _ = kill(pid, Signal::SIGKILL);
-        }
-    }
-    for pid in socket_holders(&dir.join("notify.sock")) {
-        tracing::info!(id, %pid, "killing the interrupted call's waiting init");
-        let _ = kill(pid, Signal::SIGKILL);
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
     if host::can_manage_cgroups() {
-        kill_cgroup(&lifecycle::runsbx_cgroup_path(root, id));
+        remove_cgroup(&lifecycle::runsbx_cgroup_path(root, id));
+    }
+    let dir = root.container_dir(id);
+    // Then the state, through libcontainer when it loads.
+    if let Ok(mut c) = lifecycle::load(root, id) {
+        if let Err(e) = lifecycle::destroy(root, &mut c) {
+            tracing::debug!(id, "delete the interrupted call's sandbox: {e}");
+        }
     }
     let _ = fs::remove_dir_all(&dir);
     release_orphan_slot(root, id);
@@ -164,9 +171,28 @@ fn socket_holders(path: &Path) -> Vec<Pid> {
     holders
 }
 
-/// Kills every process in the container's cgroup and removes it (each
-/// hierarchy where it exists: v1 controllers, or the unified one).
-fn kill_cgroup(path: &Path) {
+/// SIGKILLs every process of call `id` found right now; how many.
+fn kill_processes(root: &StateRoot, id: &str) -> usize {
+    let mut pids = Vec::new();
+    if let Some(userns) = recorded_userns(root, id) {
+        pids.extend(in_user_namespace(userns));
+    }
+    pids.extend(socket_holders(&root.container_dir(id).join("notify.sock")));
+    if host::can_manage_cgroups() {
+        pids.extend(cgroup_procs(&lifecycle::runsbx_cgroup_path(root, id)));
+    }
+    let me = Pid::this();
+    pids.retain(|p| *p != me);
+    for pid in &pids {
+        tracing::info!(id, %pid, "killing a process of the interrupted call");
+        let _ = kill(*pid, Signal::SIGKILL);
+    }
+    pids.len()
+}
+
+/// The container's cgroup directories: in each v1 hierarchy, or the
+/// unified one, where it exists.
+fn cgroup_dirs(path: &Path) -> Vec<PathBuf> {
     let rel = path.strip_prefix("/").unwrap_or(path);
     let mut dirs: Vec<PathBuf> = vec![Path::new("/sys/fs/cgroup").join(rel)];
     for entry in fs::read_dir("/sys/fs/cgroup")
@@ -177,25 +203,37 @@ fn kill_cgroup(path: &Path) {
         dirs.push(entry.path().join(rel));
     }
     dirs.retain(|d| d.join("cgroup.procs").is_file());
-    for _ in 0..100 {
-        let mut alive = false;
-        for d in &dirs {
-            for pid in fs::read_to_string(d.join("cgroup.procs"))
+    dirs
+}
+
+fn cgroup_procs(path: &Path) -> Vec<Pid> {
+    let mut pids: Vec<Pid> = cgroup_dirs(path)
+        .iter()
+        .flat_map(|d| {
+            fs::read_to_string(d.join("cgroup.procs"))
                 .unwrap_or_default()
                 .lines()
                 .filter_map(|l| l.trim().parse::<i32>().ok())
-            {
-                alive = true;
-                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+                .map(Pid::from_raw)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    pids.sort();
+    pids.dedup();
+    pids
+}
+
+fn remove_cgroup(path: &Path) {
+    for d in cgroup_dirs(path) {
+        // Killed processes leave the cgroup once they are fully gone.
+        for _ in 0..100 {
+            match fs::remove_dir(&d) {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(5))
+                }
+                _ => break,
             }
         }
-        if !alive {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    for d in dirs {
-        let _ = fs::remove_dir(&d);
     }
 }
 
@@ -211,7 +249,15 @@ fn release_orphan_slot(root: &StateRoot, id: &str) {
         if entry.metadata().is_ok_and(|m| m.size() > 4096) {
             continue;
         }
-        if fs::read_to_string(entry.path()).is_ok_and(|text| text == owner) {
+        let text = fs::read_to_string(entry.path()).unwrap_or_default();
+        // An empty file: its allocator was killed between creating it and
+        // writing its owner (one write, right after); after a while it is
+        // nobody's.
+        let stale_empty = text.is_empty()
+            && entry.metadata().and_then(|m| m.modified()).is_ok_and(|t| {
+                t.elapsed().unwrap_or_default() > std::time::Duration::from_secs(10)
+            });
+        if text == owner || stale_empty {
             let _ = fs::remove_file(entry.path());
         }
     }
@@ -320,30 +366,10 @@ fn watch(root: &StateRoot, id: &str, parent: Pid, disarm: std::os::fd::OwnedFd) 
     }
 }
 
-/// The call's runsbx is gone: kill what it made, then reclaim its state.
+/// The call's runsbx is gone: kill what it made and reclaim its state
+/// (rootless, this watchdog is in the call's own user namespace, which
+/// `reclaim` empties, sparing only the watchdog).
 fn abandon(root: &StateRoot, id: &str) -> i32 {
-    if crate::cgroupless::userns_from().is_some() {
-        // Everything the call made is in this user namespace or below it;
-        // nothing else is. Killed until none is left (a clone in flight
-        // when the scan ran shows up in the next one).
-        let Ok(own) = fs::metadata("/proc/self/ns/user").map(|m| m.ino()) else {
-            return 1;
-        };
-        let me = Pid::this();
-        for _ in 0..50 {
-            let pids: Vec<Pid> = in_user_namespace(own)
-                .into_iter()
-                .filter(|p| *p != me)
-                .collect();
-            if pids.is_empty() {
-                break;
-            }
-            for pid in pids {
-                let _ = kill(pid, Signal::SIGKILL);
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-    }
     match root.lock(id) {
         Ok(_lock) => {
             reclaim(root, id);
