@@ -294,7 +294,13 @@ fn build_from(
     };
     let workspace = call.as_ref().and_then(|c| c.workspace);
     let pod_join = pod.as_ref().map(|p| p.join.clone());
-    let hardened = policy::apply(policy, bundle::absolutize(source), range, workspace, pod_join)?;
+    let hardened = policy::apply(
+        policy,
+        bundle::absolutize(source),
+        range,
+        workspace,
+        pod_join,
+    )?;
     let report = serde_json::json!({
         "changes": hardened.changes,
         "attestation": hardened.attestation,

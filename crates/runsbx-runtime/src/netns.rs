@@ -19,7 +19,67 @@ use crate::error::{Result, RuntimeError};
 /// Sets `lo` up in the network namespace of process `pid`, joining its
 /// user namespace first when `own_userns` (the spec gave it one).
 pub fn loopback_up(pid: Pid, own_userns: bool) -> Result<()> {
-    in_namespaces_of(pid, own_userns, "bring up `lo`", set_lo_up)
+    in_namespaces_of(pid, own_userns, "bring up `lo`", &set_lo_up)
+}
+
+/// A TCP socket listening on 127.0.0.1:`port` inside the network namespace
+/// of process `pid`, served from the host side (the egress proxy). The
+/// helper that made it passes it back over a socketpair (SCM_RIGHTS);
+/// nothing stays inside the sandbox but the socket.
+pub fn listen_in(pid: Pid, own_userns: bool, port: u16) -> Result<std::net::TcpListener> {
+    use nix::sys::socket::{
+        recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
+        SockFlag, SockType,
+    };
+    use std::os::fd::AsRawFd;
+    let ctx =
+        |step: &str| format!("listen on 127.0.0.1:{port} in the sandbox of pid {pid}: {step}");
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::Datagram,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| RuntimeError::sys(ctx("socketpair"), e))?;
+    let send = || -> i32 {
+        let listener = match std::net::TcpListener::bind(("127.0.0.1", port)) {
+            Ok(l) => l,
+            Err(e) => return e.raw_os_error().unwrap_or(libc::EIO),
+        };
+        let fds = [listener.as_raw_fd()];
+        let cmsg = [ControlMessage::ScmRights(&fds)];
+        let iov = [std::io::IoSlice::new(b"L")];
+        match sendmsg::<()>(theirs.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None) {
+            Ok(_) => 0,
+            Err(e) => e as i32,
+        }
+    };
+    in_namespaces_of(pid, own_userns, "make the proxy's listening socket", &send)?;
+    drop(theirs);
+    let mut buf = [0u8; 1];
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
+    let msg = recvmsg::<()>(
+        ours.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(|e| RuntimeError::sys(ctx("recvmsg"), e))?;
+    for cmsg in msg
+        .cmsgs()
+        .map_err(|e| RuntimeError::sys(ctx("cmsgs"), e))?
+    {
+        if let ControlMessageOwned::ScmRights(fds) = cmsg {
+            if let Some(fd) = fds.first() {
+                // SAFETY: the kernel just installed this fd in our table.
+                return Ok(std::net::TcpListener::from(unsafe {
+                    OwnedFd::from_raw_fd(*fd)
+                }));
+            }
+        }
+    }
+    Err(RuntimeError::invalid(ctx("helper"), "sent no socket"))
 }
 
 /// Runs `f` in a child process that has joined the network namespace of
@@ -30,7 +90,7 @@ pub fn loopback_up(pid: Pid, own_userns: bool) -> Result<()> {
 /// execs, the container's init process is not dumpable and its memory
 /// belongs to the initial user namespace, so a rootless caller may not open
 /// its /proc/<pid>/ns files, though it owns the namespaces.
-fn in_namespaces_of(pid: Pid, own_userns: bool, what: &str, f: fn() -> i32) -> Result<()> {
+fn in_namespaces_of(pid: Pid, own_userns: bool, what: &str, f: &dyn Fn() -> i32) -> Result<()> {
     let ctx = |step: &str| format!("{what} in the network namespace of pid {pid}: {step}");
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
@@ -73,7 +133,7 @@ fn in_namespaces_of(pid: Pid, own_userns: bool, what: &str, f: fn() -> i32) -> R
                 }
                 Ok(WaitStatus::Exited(_, errno)) => {
                     return Err(RuntimeError::sys(
-                        ctx("ioctl(SIOCSIFFLAGS)"),
+                        ctx("in the namespace"),
                         nix::Error::from_raw(errno),
                     ))
                 }

@@ -55,6 +55,17 @@ pub struct Call {
     /// Largest --output file copied out
     #[arg(long, default_value = "64M")]
     pub max_output_file: String,
+    /// Let the command reach this host through the egress proxy (repeatable):
+    /// NAME, NAME:PORT, *.SUFFIX[:PORT]; ports 80 and 443 when none is given
+    #[arg(long = "allow-host", value_name = "NAME[:PORT]")]
+    pub allow_host: Vec<String>,
+    /// Make the proxy resolve NAME to IP instead of asking DNS (repeatable)
+    #[arg(long = "proxy-resolve", value_name = "NAME=IP")]
+    pub proxy_resolve: Vec<String>,
+    /// Exempt this destination from the proxy's refusal of loopback, private
+    /// and link-local addresses (repeatable; for a service you run on purpose)
+    #[arg(long = "proxy-allow-address", value_name = "IP:PORT")]
+    pub proxy_allow_address: Vec<std::net::SocketAddr>,
     /// Print one JSON result (schema runsbx.call/v1) instead of the output
     #[arg(long)]
     pub json: bool,
@@ -169,9 +180,45 @@ fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest> {
         output_dir: args.output_dir,
         max_output: usize::try_from(max_output)?,
         max_output_file,
+        egress: egress(
+            args.allow_host,
+            &args.proxy_resolve,
+            args.proxy_allow_address,
+        )?,
         command: args.command,
         live: !args.json,
     })
+}
+
+/// Egress is on when any host is allowed; the overrides alone open nothing.
+fn egress(
+    allow: Vec<String>,
+    resolve: &[String],
+    allow_addresses: Vec<std::net::SocketAddr>,
+) -> Result<Option<call::Egress>> {
+    if allow.is_empty() {
+        if !resolve.is_empty() || !allow_addresses.is_empty() {
+            anyhow::bail!("--proxy-resolve and --proxy-allow-address need --allow-host");
+        }
+        return Ok(None);
+    }
+    let hosts = resolve
+        .iter()
+        .map(|r| {
+            let (name, ip) = r
+                .split_once('=')
+                .ok_or_else(|| anyhow::anyhow!("--proxy-resolve {r:?}: use NAME=IP"))?;
+            let ip = ip
+                .parse()
+                .map_err(|e| anyhow::anyhow!("--proxy-resolve {r:?}: {e}"))?;
+            Ok((name.to_owned(), ip))
+        })
+        .collect::<Result<_>>()?;
+    Ok(Some(call::Egress {
+        allow,
+        hosts,
+        allow_addresses,
+    }))
 }
 
 fn print_json(value: &impl serde::Serialize) -> Result<()> {

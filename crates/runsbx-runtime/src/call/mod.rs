@@ -44,7 +44,7 @@ use crate::error::{Result, RuntimeError};
 use crate::image::ImageStore;
 use crate::policy::Policy;
 use crate::root::StateRoot;
-use crate::{bundle, cgroupless, host, lifecycle};
+use crate::{bundle, cgroupless, host, lifecycle, netns};
 
 /// The version of the result's schema; see README.md "runsbx call".
 pub const SCHEMA: &str = "runsbx.call/v1";
@@ -99,6 +99,36 @@ pub struct CallRequest {
     pub command: Vec<String>,
     /// Echo the command's output as it comes (human output).
     pub live: bool,
+    /// Egress through the proxy; `None`: no way out at all.
+    pub egress: Option<Egress>,
+}
+
+/// What the call may reach through its egress proxy.
+#[derive(Debug, Clone, Default)]
+pub struct Egress {
+    /// `--allow-host` entries: `name`, `name:port`, `*.suffix[:port]`.
+    pub allow: Vec<String>,
+    /// Names the proxy resolves to these addresses instead of asking DNS
+    /// (`--proxy-resolve`; for tests and private resolvers).
+    pub hosts: Vec<(String, std::net::IpAddr)>,
+    /// Destinations exempt from the address-class check, because whoever
+    /// runs runsbx marked them (`--proxy-allow-address`).
+    pub allow_addresses: Vec<std::net::SocketAddr>,
+}
+
+/// The port of the egress proxy inside the sandbox (its own netns: any
+/// fixed port is free there).
+pub const PROXY_PORT: u16 = 3128;
+
+/// The egress part of the result.
+#[derive(Debug, Clone, Serialize)]
+pub struct EgressReport {
+    pub allow: Vec<String>,
+    pub proxy: String,
+    /// Each refusal, as the sandbox got it (403).
+    pub denied: Vec<runsbx_proxy::DenyEvent>,
+    pub dropped_events: u64,
+    pub stats: runsbx_proxy::ProxyStats,
 }
 
 /// How the call ended.
@@ -147,6 +177,9 @@ pub struct CallResult {
     pub stdout: Option<Stream>,
     pub stderr: Option<Stream>,
     pub outputs: Vec<OutputFile>,
+    /// The egress proxy's allowlist, refusals and counters; `null` when the
+    /// call had no egress.
+    pub egress: Option<EgressReport>,
     /// The isolation layers in force, from the policy.
     pub attestation: serde_json::Value,
     pub error: Option<CallError>,
@@ -198,6 +231,7 @@ pub fn call(root: &StateRoot, req: &CallRequest) -> (CallResult, Tails) {
         stdout: None,
         stderr: None,
         outputs: Vec::new(),
+        egress: None,
         attestation: serde_json::Value::Null,
         error: None,
     };
@@ -328,7 +362,11 @@ fn run(
             .map_err(|e| RuntimeError::invalid(format!("--stdin {p:?}"), e.to_string()))?
             .into(),
     };
-    let env = environment(&image_env, &req.env);
+    let proxy_config = req.egress.as_ref().map(proxy_config).transpose()?;
+    let mut env = environment(&image_env, &req.env);
+    if proxy_config.is_some() {
+        env.extend(runsbx_proxy::proxy_env(PROXY_PORT));
+    }
     resolve_command(&rootfs, &req.command[0], &env)?;
     if host::rootless()
         && pathrs::Root::open(&rootfs)
@@ -429,6 +467,18 @@ fn run(
     let sfd = SignalFd::with_flags(&mask, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
         .map_err(|e| RuntimeError::sys("signalfd", e))?;
 
+    // The proxy serves a socket made inside the sandbox's network namespace
+    // (its only way out); its thread starts only now, after every fork.
+    let proxy = match proxy_config {
+        Some(config) => {
+            let listener = netns::listen_in(init, true, PROXY_PORT)?;
+            Some(
+                runsbx_proxy::spawn(listener, config)
+                    .map_err(|e| RuntimeError::invalid("start the egress proxy", e.to_string()))?,
+            )
+        }
+        None => None,
+    };
     container
         .start()
         .map_err(|e| lifecycle::op_err("start", id, e))?;
@@ -452,6 +502,16 @@ fn run(
         &mut err,
     )?;
 
+    if let (Some(proxy), Some(egress)) = (proxy, &req.egress) {
+        result.egress = Some(EgressReport {
+            allow: egress.allow.clone(),
+            proxy: format!("127.0.0.1:{PROXY_PORT}"),
+            denied: proxy.events(),
+            dropped_events: proxy.dropped_events(),
+            stats: proxy.stats(),
+        });
+        proxy.shutdown();
+    }
     // The limit events are read before the cgroup goes with the container.
     let (memory_hit, pids_hit) = events::limit_hits(&config);
     result.limits.memory_hit = memory_hit;
@@ -747,6 +807,21 @@ fn environment(image: &[String], extra: &[(String, String)]) -> Vec<String> {
     env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
 }
 
+fn proxy_config(egress: &Egress) -> Result<runsbx_proxy::ProxyConfig> {
+    let allow = runsbx_proxy::Allowlist::parse(&egress.allow)
+        .map_err(|e| RuntimeError::invalid("--allow-host", e.to_string()))?;
+    let mut config = runsbx_proxy::ProxyConfig::new(allow);
+    for (name, ip) in &egress.hosts {
+        config
+            .hosts
+            .entry(name.to_ascii_lowercase())
+            .or_default()
+            .push(*ip);
+    }
+    config.allow_addresses = egress.allow_addresses.clone();
+    Ok(config)
+}
+
 /// Parses a size such as `1M`, `512K`, `2G` or a number of bytes.
 pub fn parse_size(text: &str) -> std::result::Result<u64, String> {
     runsbx_policy::profile::parse_size(text)
@@ -937,6 +1012,7 @@ mod tests {
             stdout: None,
             stderr: None,
             outputs: vec![],
+            egress: None,
             attestation: serde_json::Value::Null,
             error: None,
         };

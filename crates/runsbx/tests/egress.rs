@@ -1,0 +1,297 @@
+//! Egress: a sandbox's network holds only its own loopback; the way out is
+//! the proxy runsbx serves from the host side, which checks every
+//! destination. Real servers on the host's 127.0.0.1, a real Python client
+//! inside the sandbox, as root and rootless.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use serde_json::Value;
+use support::{Fixture, Out};
+
+/// An HTTP server on the host's 127.0.0.1 that answers `hello` to every
+/// request and counts the connections it accepted.
+struct HostServer {
+    port: u16,
+    accepted: Arc<AtomicUsize>,
+}
+
+impl HostServer {
+    fn start() -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut conn) = conn else { continue };
+                count.fetch_add(1, Ordering::SeqCst);
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 4096];
+                    let mut head = Vec::new();
+                    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => head.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let _ = conn.write_all(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello",
+                    );
+                });
+            }
+        });
+        Self { port, accepted }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+fn have_python_image() -> bool {
+    Path::new("/var/lib/runsbx/images/python/rootfs").is_dir()
+}
+
+/// `runsbx call --json OPTS -- python3 -c SCRIPT`.
+fn python(fx: &Fixture, opts: &[String], script: &str) -> (Out, Value) {
+    let mut args: Vec<String> = vec![
+        "call".into(),
+        "--json".into(),
+        "--timeout".into(),
+        "60s".into(),
+    ];
+    args.extend(opts.iter().cloned());
+    args.extend(["--".into(), "python3".into(), "-c".into(), script.into()]);
+    let out = fx.run(&args);
+    let json = out.json();
+    (out, json)
+}
+
+/// Python that fetches each URL through the environment's proxy and prints
+/// `URL STATUS` (or the error), one line each.
+fn fetch_script(urls: &[String]) -> String {
+    format!(
+        r#"
+import os, urllib.request, urllib.error
+# Through the proxy for every spelling: NO_PROXY would send the sandbox's
+# own names (localhost, 127.0.0.1) straight to its own loopback.
+for k in ["NO_PROXY", "no_proxy"]:
+    os.environ.pop(k, None)
+for url in {urls:?}:
+    try:
+        r = urllib.request.urlopen(url, timeout=10)
+        print(url, r.status, r.read().decode())
+    except urllib.error.HTTPError as e:
+        print(url, e.code, e.read().decode()[:200].replace("\n", " "))
+    except Exception as e:
+        print(url, "error", type(e).__name__)
+"#
+    )
+}
+
+fn loopback_is_unreachable_by_every_spelling(fx: Fixture) {
+    if !have_python_image() {
+        skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
+    }
+    let server = HostServer::start();
+    let p = server.port;
+    let spellings = [
+        format!("http://127.0.0.1:{p}/"),
+        format!("http://localhost:{p}/"),
+        format!("http://2130706433:{p}/"),
+        format!("http://0x7f000001:{p}/"),
+        format!("http://[::1]:{p}/"),
+        format!("http://[::ffff:127.0.0.1]:{p}/"),
+        format!("http://0.0.0.0:{p}/"),
+        format!("http://agent-api.test:{p}/"),
+    ];
+    // Allowed by name, but the name resolves to the host's loopback (the
+    // test resolver maps it): refused after resolution.
+    let opts: Vec<String> = [
+        "--allow-host",
+        &format!("agent-api.test:{p}"),
+        "--proxy-resolve",
+        "agent-api.test=127.0.0.1",
+    ]
+    .map(String::from)
+    .to_vec();
+    let (out, r) = python(&fx, &opts, &fetch_script(&spellings));
+    assert_eq!(r["exit_code"], 0, "{out:?}");
+    let stdout = r["stdout"]["data"].as_str().unwrap();
+    for url in &spellings {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(url.as_str()))
+            .unwrap_or_else(|| panic!("{url}: {stdout}"));
+        assert!(
+            line.contains(" 403 ") && line.contains("blocked by policy"),
+            "{line}"
+        );
+    }
+    let denied = r["egress"]["denied"].as_array().unwrap();
+    assert_eq!(denied.len(), spellings.len(), "{denied:?}");
+    assert!(
+        denied
+            .iter()
+            .any(|d| d["host"] == "agent-api.test" && d["reason"]["code"] == "address_class"),
+        "{denied:?}"
+    );
+    // Directly, without the proxy: the sandbox's own loopback has nothing
+    // there, and no other address is routed.
+    let direct = format!(
+        r#"
+import socket
+for host in ["127.0.0.1", "::1", "10.0.2.2", "1.1.1.1"]:
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    s.settimeout(3)
+    try:
+        s.connect((host, {p})); print(host, "connected")
+    except OSError as e:
+        print(host, type(e).__name__)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+try:
+    u.sendto(b"x", ("1.1.1.1", 53)); print("udp sent")
+except OSError as e:
+    print("udp", type(e).__name__)
+"#
+    );
+    let (out, r) = python(&fx, &[], &direct);
+    let stdout = r["stdout"]["data"].as_str().unwrap();
+    assert!(
+        !stdout.contains("connected") && !stdout.contains("udp sent"),
+        "{out:?}"
+    );
+    assert!(r["egress"].is_null());
+    assert_eq!(server.accepted(), 0, "the host server was reached");
+    fx.assert_clean();
+}
+as_root_and_rootless!(loopback_is_unreachable_by_every_spelling: loopback_as_root, loopback_rootless);
+
+fn allowlisted_name_works_and_others_are_refused(fx: Fixture) {
+    if !have_python_image() {
+        skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
+    }
+    let server = HostServer::start();
+    let p = server.port;
+    let opts: Vec<String> = [
+        "--allow-host".to_owned(),
+        format!("allowed.test:{p}"),
+        "--proxy-resolve".to_owned(),
+        "allowed.test=127.0.0.1".to_owned(),
+        "--proxy-resolve".to_owned(),
+        "blocked.test=127.0.0.1".to_owned(),
+        // The test marks its own loopback server as a destination it means.
+        "--proxy-allow-address".to_owned(),
+        format!("127.0.0.1:{p}"),
+    ]
+    .to_vec();
+    let urls = [
+        format!("http://allowed.test:{p}/"),
+        format!("http://blocked.test:{p}/"),
+    ];
+    let script = fetch_script(&urls)
+        + &format!(
+            r#"
+import http.client, os
+# HTTPS-style tunnel through CONNECT, by hand.
+c = http.client.HTTPConnection("127.0.0.1", 3128, timeout=10)
+c.set_tunnel("allowed.test", {p})
+c.request("GET", "/")
+print("tunnel", c.getresponse().read().decode())
+# 100 connections at once through the one proxy.
+from concurrent.futures import ThreadPoolExecutor
+import urllib.request
+def get(_):
+    return urllib.request.urlopen("http://allowed.test:{p}/", timeout=30).read()
+with ThreadPoolExecutor(100) as pool:
+    print("concurrent", sum(b == b"hello" for b in pool.map(get, range(100))))
+# Without the proxy nothing goes out (an opener with no proxies: urlopen's
+# global one kept the environment's).
+direct = urllib.request.build_opener(urllib.request.ProxyHandler({{}}))
+try:
+    direct.open("http://allowed.test:{p}/", timeout=5); print("direct ok")
+except Exception as e:
+    print("direct", type(e).__name__, e)
+"#
+        );
+    let (out, r) = python(&fx, &opts, &script);
+    assert_eq!(r["exit_code"], 0, "{out:?}");
+    let stdout = r["stdout"]["data"].as_str().unwrap();
+    assert!(
+        stdout.contains(&format!("http://allowed.test:{p}/ 200 hello")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("http://blocked.test:{p}/ 403")),
+        "{stdout}"
+    );
+    assert!(stdout.contains("tunnel hello"), "{stdout}");
+    assert!(stdout.contains("concurrent 100"), "{stdout}");
+    assert!(stdout.contains("direct URLError"), "{stdout}");
+    assert!(!stdout.contains("direct ok"), "{stdout}");
+    let denied = r["egress"]["denied"].as_array().unwrap();
+    assert_eq!(denied.len(), 1, "{denied:?}");
+    assert_eq!(denied[0]["host"], "blocked.test");
+    assert_eq!(denied[0]["reason"]["code"], "not_allowed");
+    assert_eq!(r["egress"]["stats"]["denied"], 1);
+    assert!(server.accepted() >= 102, "{}", server.accepted());
+    fx.assert_clean();
+}
+as_root_and_rootless!(allowlisted_name_works_and_others_are_refused: allowlist_as_root, allowlist_rootless);
+
+fn a_connection_flood_is_cut_off(fx: Fixture) {
+    if !have_python_image() {
+        skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
+    }
+    let server = HostServer::start();
+    let p = server.port;
+    let opts: Vec<String> = [
+        "--allow-host".to_owned(),
+        format!("allowed.test:{p}"),
+        "--proxy-resolve".to_owned(),
+        "allowed.test=127.0.0.1".to_owned(),
+        "--proxy-allow-address".to_owned(),
+        format!("127.0.0.1:{p}"),
+    ]
+    .to_vec();
+    let script = format!(
+        r#"
+import socket, time, urllib.request
+held, refused = [], 0
+for i in range(400):
+    held.append(socket.create_connection(("127.0.0.1", 3128), timeout=5))
+time.sleep(1)
+for s in held:
+    try:
+        if s.recv(64, socket.MSG_DONTWAIT).startswith(b"HTTP/1.1 503"):
+            refused += 1
+    except (BlockingIOError, TimeoutError):
+        pass
+print("refused", refused)
+for s in held:
+    s.close()
+print("after", urllib.request.urlopen("http://allowed.test:{p}/", timeout=10).read().decode())
+"#
+    );
+    let (out, r) = python(&fx, &opts, &script);
+    assert_eq!(r["exit_code"], 0, "{out:?}");
+    let stdout = r["stdout"]["data"].as_str().unwrap();
+    let refused: usize = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("refused "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    // The bound is 128 connections: every one past it is refused at once.
+    assert_eq!(refused, 400 - 128, "{stdout}");
+    assert!(stdout.contains("after hello"), "{stdout}");
+    fx.assert_clean();
+}
+as_root_and_rootless!(a_connection_flood_is_cut_off: flood_as_root, flood_rootless);
