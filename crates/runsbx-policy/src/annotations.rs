@@ -10,6 +10,36 @@ use crate::PolicyError;
 pub const PREFIX: &str = "runsbx.";
 /// Picks another profile, among the operator's `selectable` ones.
 pub const PROFILE: &str = "runsbx.profile";
+/// Narrows the profile's egress allowlist: comma-separated entries, each
+/// one of the profile's own.
+pub const EGRESS_ALLOW: &str = "runsbx.egress.allow";
+
+/// The egress allowlist that applies: the profile's, or the part of it the
+/// `runsbx.egress.allow` annotation keeps. An entry the profile does not
+/// have is an error: an annotation never widens.
+pub fn egress_allow(
+    annotations: Option<&HashMap<String, String>>,
+    profile: &Profile,
+) -> Result<Vec<String>, PolicyError> {
+    let Some(value) = annotations.and_then(|a| a.get(EGRESS_ALLOW)) else {
+        return Ok(profile.egress.allow.clone());
+    };
+    let mut kept = Vec::new();
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        if !profile.egress.allow.iter().any(|a| a == entry) {
+            return Err(PolicyError::Annotation {
+                key: EGRESS_ALLOW.to_owned(),
+                value: value.clone(),
+                reason: format!(
+                    "{entry:?} is not in the egress allowlist of profile `{}` (annotations only narrow it)",
+                    profile.name
+                ),
+            });
+        }
+        kept.push(entry.to_owned());
+    }
+    Ok(kept)
+}
 
 /// The limits the annotations ask for, each applied only if lower than the
 /// profile's. An unknown `runsbx.` key or a malformed value is an error:
@@ -42,7 +72,7 @@ pub fn requested_limits(
         };
         let size = || parse_size(value).map(Size).map_err(|e| bad(&e));
         match key.as_str() {
-            PROFILE => {}
+            PROFILE | EGRESS_ALLOW => {}
             "runsbx.limits.memory" => wanted.memory = size()?,
             "runsbx.limits.fsize" => wanted.fsize = size()?,
             "runsbx.limits.nofile" => wanted.nofile = number()?,
@@ -54,7 +84,7 @@ pub fn requested_limits(
             }
             _ => {
                 return Err(bad(
-                    "unknown runsbx annotation (known: runsbx.profile, runsbx.limits.{memory,fsize,nofile,nproc,cpu_seconds,cpu_millis,pids})",
+                    "unknown runsbx annotation (known: runsbx.profile, runsbx.egress.allow, runsbx.limits.{memory,fsize,nofile,nproc,cpu_seconds,cpu_millis,pids})",
                 ))
             }
         }
@@ -107,6 +137,30 @@ mod tests {
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
             .collect()
+    }
+
+    #[test]
+    fn egress_annotation_only_narrows() -> Result<(), PolicyError> {
+        let mut profile = Profile::default();
+        profile.egress.allow = vec!["pypi.org".to_owned(), "*.example.org:443".to_owned()];
+        assert_eq!(egress_allow(None, &profile)?, profile.egress.allow);
+        let narrowed = egress_allow(Some(&ann(&[(EGRESS_ALLOW, " pypi.org ")])), &profile)?;
+        assert_eq!(narrowed, ["pypi.org"]);
+        assert_eq!(
+            egress_allow(Some(&ann(&[(EGRESS_ALLOW, "")])), &profile)?,
+            Vec::<String>::new()
+        );
+        for wider in ["evil.com", "pypi.org,evil.com", "*.org", "pypi.org:8080"] {
+            assert!(
+                egress_allow(Some(&ann(&[(EGRESS_ALLOW, wider)])), &profile).is_err(),
+                "{wider}"
+            );
+        }
+        // The key is known to the limits parser too.
+        assert!(
+            requested_limits(Some(&ann(&[(EGRESS_ALLOW, "pypi.org")])), Limits::default()).is_ok()
+        );
+        Ok(())
     }
 
     #[test]

@@ -28,6 +28,20 @@ pub struct Profile {
     /// Destination → size cap, for each writable tmpfs.
     pub tmpfs: BTreeMap<PathBuf, Size>,
     pub limits: Limits,
+    /// Egress through runsbx's proxy; nothing when its allowlist is empty.
+    pub egress: Egress,
+}
+
+/// What a container may reach through the egress proxy (see
+/// crates/runsbx-proxy): allowlist entries (`name`, `name:port`,
+/// `*.suffix[:port]`), resolver overrides, and destinations the operator
+/// exempts from the proxy's refusal of loopback/private addresses.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Egress {
+    pub allow: Vec<String>,
+    pub resolve: BTreeMap<String, String>,
+    pub allow_addresses: Vec<String>,
 }
 
 impl Default for Profile {
@@ -41,6 +55,7 @@ impl Default for Profile {
             proc: ProcMode::Minimal,
             tmpfs: BTreeMap::new(),
             limits: Limits::default(),
+            egress: Egress::default(),
         }
     }
 }
@@ -175,7 +190,23 @@ impl Profile {
             .iter()
             .all(|(dest, size)| other.tmpfs.get(dest).is_some_and(|o| size <= o));
         let proc = self.proc == ProcMode::Minimal || other.proc == ProcMode::Full;
+        let egress = self
+            .egress
+            .allow
+            .iter()
+            .all(|a| other.egress.allow.contains(a))
+            && self
+                .egress
+                .allow_addresses
+                .iter()
+                .all(|a| other.egress.allow_addresses.contains(a))
+            && self
+                .egress
+                .resolve
+                .iter()
+                .all(|(k, v)| other.egress.resolve.get(k) == Some(v));
         caps && binds
+            && egress
             && tmpfs
             && proc
             && (!self.hooks || other.hooks)

@@ -6,6 +6,7 @@ pub mod bundle;
 pub mod call;
 mod cgroupless;
 pub mod check;
+pub mod egress;
 pub mod error;
 pub mod exec;
 mod exec_guard;

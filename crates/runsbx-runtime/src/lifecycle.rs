@@ -14,7 +14,7 @@ use nix::unistd::Pid;
 use crate::error::{Result, RuntimeError};
 use crate::policy::{self, Policy};
 use crate::root::{IdLock, StateRoot};
-use crate::{bundle, cgroupless, host, netns, procs, stage, supervise};
+use crate::{bundle, cgroupless, egress, host, netns, procs, stage, supervise};
 
 /// What `create` and `run` are given besides the id.
 #[derive(Debug, Clone, Default)]
@@ -294,13 +294,16 @@ fn build_from(
     };
     let workspace = call.as_ref().and_then(|c| c.workspace);
     let pod_join = pod.as_ref().map(|p| p.join.clone());
-    let hardened = policy::apply(
-        policy,
-        bundle::absolutize(source),
-        range,
-        workspace,
-        pod_join,
-    )?;
+    let mut input = bundle::absolutize(source);
+    // Egress from the profile (a call brings its own proxy).
+    let egress = match call {
+        Some(_) => None,
+        None => egress::config_for(&input, &policy.profile_for(&input)?)?,
+    };
+    if egress.is_some() {
+        egress::add_proxy_env(&mut input);
+    }
+    let hardened = policy::apply(policy, input, range, workspace, pod_join)?;
     let report = serde_json::json!({
         "changes": hardened.changes,
         "attestation": hardened.attestation,
@@ -353,6 +356,11 @@ fn build_from(
     }
     if new_netns {
         netns::loopback_up(init_pid(&container)?, own_userns)?;
+        // The supervisor goes with the container's init; a pod's other
+        // containers share this one's network namespace and its proxy.
+        if let Some(config) = egress {
+            egress::supervise(init_pid(&container)?, own_userns, config)?;
+        }
     }
     // Inside runsbx's own user namespace the creator looks like root.
     container.set_creator(host::caller_uid());

@@ -295,3 +295,67 @@ print("after", urllib.request.urlopen("http://allowed.test:{p}/", timeout=10).re
     fx.assert_clean();
 }
 as_root_and_rootless!(a_connection_flood_is_cut_off: flood_as_root, flood_rootless);
+
+/// A container made by `run`/`create` (as podman and containerd do) gets
+/// egress from its profile: a supervisor process serves the proxy and goes
+/// with the container.
+fn containers_get_egress_from_their_profile(fx: Fixture) {
+    let server = HostServer::start();
+    let p = server.port;
+    let dir = fx.dir.path().join("profiles");
+    std::fs::create_dir_all(&dir).unwrap();
+    let default = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bundles/profiles/default.toml"),
+    )
+    .unwrap();
+    let profile = default.replace("name = \"default\"", "name = \"egress\"")
+        + &format!(
+            "\n[egress]\nallow = [\"allowed.test:{p}\"]\nresolve = {{ \"allowed.test\" = \"127.0.0.1\", \"blocked.test\" = \"127.0.0.1\" }}\nallow_addresses = [\"127.0.0.1:{p}\"]\n"
+        );
+    std::fs::write(dir.join("egress.toml"), profile).unwrap();
+    let config = fx.dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "profile = \"egress\"\nprofiles_dir = {:?}\n",
+            dir.display().to_string()
+        ),
+    )
+    .unwrap();
+    let urls = [
+        format!("http://allowed.test:{p}/"),
+        format!("http://blocked.test:{p}/"),
+    ];
+    let rootfs = support::python_rootfs();
+    let script = fetch_script(&urls);
+    let b = fx.bundle("b", &["/usr/bin/python3", "-c", &script], |c| {
+        c["root"]["path"] = Value::from(rootfs.to_str().unwrap());
+        c["process"]["env"] = serde_json::json!(["PATH=/usr/bin:/bin", "HOME=/tmp"]);
+    });
+    let out = fx.run([
+        "--config",
+        config.to_str().unwrap(),
+        "run",
+        "--bundle",
+        b.to_str().unwrap(),
+        "c1",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout
+            .contains(&format!("http://allowed.test:{p}/ 200 hello")),
+        "{out:?}"
+    );
+    assert!(
+        out.stdout
+            .contains(&format!("http://blocked.test:{p}/ 403")),
+        "{out:?}"
+    );
+    // The supervisor is gone with the container.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !fx.stray_processes().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    fx.assert_clean();
+}
+as_root_and_rootless!(containers_get_egress_from_their_profile: container_egress_as_root, container_egress_rootless);

@@ -118,7 +118,7 @@ pub struct Egress {
 
 /// The port of the egress proxy inside the sandbox (its own netns: any
 /// fixed port is free there).
-pub const PROXY_PORT: u16 = 3128;
+pub const PROXY_PORT: u16 = crate::egress::PROXY_PORT;
 
 /// The egress part of the result.
 #[derive(Debug, Clone, Serialize)]
