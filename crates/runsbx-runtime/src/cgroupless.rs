@@ -116,15 +116,10 @@ pub fn enter_for_exec(init: Pid, cgroup_path: &Path) -> Result<Shadow> {
     shadow(cgroup_path)
 }
 
-fn shadow(cgroup_path: &Path) -> Result<Shadow> {
-    let ctx = |step: &str| format!("hide cgroups for a rootless container: {step}");
-    let v1_mounts =
-        cgroup_v1_mount_points().map_err(|e| RuntimeError::io(ctx("read mountinfo"), e))?;
-    let cpuset = read_trimmed("/sys/fs/cgroup/cpuset/cpuset.cpus");
-    let mems = read_trimmed("/sys/fs/cgroup/cpuset/cpuset.mems");
-    unshare(CloneFlags::CLONE_NEWNS)
-        .map_err(|e| RuntimeError::sys(ctx("unshare(CLONE_NEWNS)"), e))?;
-    // Nothing mounted here may propagate back to the namespace we came from.
+/// Moves this process into a mount namespace of its own, from which
+/// nothing mounted propagates back to the one it came from.
+pub(crate) fn private_mount_namespace() -> nix::Result<()> {
+    unshare(CloneFlags::CLONE_NEWNS)?;
     mount(
         None::<&str>,
         "/",
@@ -132,7 +127,16 @@ fn shadow(cgroup_path: &Path) -> Result<Shadow> {
         MsFlags::MS_REC | MsFlags::MS_SLAVE,
         None::<&str>,
     )
-    .map_err(|e| RuntimeError::sys(ctx("make / a slave mount"), e))?;
+}
+
+fn shadow(cgroup_path: &Path) -> Result<Shadow> {
+    let ctx = |step: &str| format!("hide cgroups for a rootless container: {step}");
+    let v1_mounts =
+        cgroup_v1_mount_points().map_err(|e| RuntimeError::io(ctx("read mountinfo"), e))?;
+    let cpuset = read_trimmed("/sys/fs/cgroup/cpuset/cpuset.cpus");
+    let mems = read_trimmed("/sys/fs/cgroup/cpuset/cpuset.mems");
+    private_mount_namespace()
+        .map_err(|e| RuntimeError::sys(ctx("a private mount namespace"), e))?;
     mount(
         Some("runsbx-cgroup-shadow"),
         CGROUP_ROOT,

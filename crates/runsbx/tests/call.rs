@@ -520,14 +520,20 @@ fn killed_call_is_swept_by_the_next(fx: Fixture) {
     // the watchdog works on its own time, so this waits for it.
     let (out, _) = call(&fx, &[], &["true"]);
     assert_eq!(out.code, 0, "{out:?}");
+    clean_soon(&fx, &m);
+}
+as_root_and_rootless!(killed_call_is_swept_by_the_next: sigkill_as_root, sigkill_rootless);
+
+/// Waits for the watchdogs of killed calls (they work on their own time),
+/// then asserts nothing is left.
+fn clean_soon(fx: &Fixture, marker: &str) {
     wait_for(|| {
-        processes_with(&m).is_empty()
+        processes_with(marker).is_empty()
             && fx.stray_processes().is_empty()
             && fx.leftovers().is_empty()
     });
     fx.assert_clean();
 }
-as_root_and_rootless!(killed_call_is_swept_by_the_next: sigkill_as_root, sigkill_rootless);
 
 fn wait_for(cond: impl Fn() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -546,7 +552,7 @@ fn many_calls_at_once(fx: Fixture) {
                 "--",
                 "sh",
                 "-c",
-                &format!("echo {i}; id -u; cat /proc/self/uid_map"),
+                &format!("echo {i}; id -u; cat /proc/self/uid_map; sleep 5"),
             ]);
             let out = tempfile::tempfile().unwrap();
             cmd.stdout(out.try_clone().unwrap())
@@ -577,7 +583,9 @@ fn many_calls_at_once(fx: Fixture) {
         host_uids.insert(lines[2].split_whitespace().nth(1).unwrap().to_owned());
     }
     if !fx.rootless() {
-        // As root every sandbox has host ids of its own.
+        // As root every live sandbox has host ids of its own (each sleeps
+        // long enough for all fifty to be alive at once; a range is reused
+        // only after its sandbox is gone).
         assert_eq!(host_uids.len(), n, "{host_uids:?}");
     }
     fx.assert_clean();
@@ -636,11 +644,6 @@ fn killed_at_any_point(fx: Fixture) {
     }
     let (out, _) = call(&fx, &[], &["true"]);
     assert_eq!(out.code, 0, "{out:?}");
-    wait_for(|| {
-        processes_with(&m).is_empty()
-            && fx.stray_processes().is_empty()
-            && fx.leftovers().is_empty()
-    });
-    fx.assert_clean();
+    clean_soon(&fx, &m);
 }
 as_root_and_rootless!(killed_at_any_point: killed_anywhere_as_root, killed_anywhere_rootless);

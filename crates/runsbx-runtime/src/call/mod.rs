@@ -392,15 +392,15 @@ fn run(
 
     // From here on, things exist on the host: each is removed on the way out.
     let lock = root.lock(id)?;
-    private_mount_namespace()?;
+    // Every mount from here on is seen by nobody else and dies with the call.
+    cgroupless::private_mount_namespace()
+        .map_err(|e| RuntimeError::sys("a private mount namespace for the call", e))?;
     let dir = call_dir(root, id);
     fs::DirBuilder::new()
         .recursive(true)
         .create(&dir)
         .map_err(|e| RuntimeError::io(format!("create {dir:?}"), e))?;
     let _dir_guard = RemoveOnDrop(dir.clone());
-    sweep::record_userns(&dir)
-        .map_err(|e| RuntimeError::io(format!("record the call's user namespace in {dir:?}"), e))?;
     let watchdog = sweep::Watchdog::spawn(root, id)?;
     let ws = workspace::Workspace::mount(&dir.join("workspace"), workspace_size)?;
     for input in &req.inputs {
@@ -696,7 +696,10 @@ fn supervise(
                         if end.is_none() {
                             end = Some(End::Interrupted(sig));
                         }
-                        kill_sandbox(init);
+                        // Once reaped, the pid may be another process's.
+                        if drain_until.is_none() {
+                            kill_sandbox(init);
+                        }
                     }
                 }
             }
@@ -710,8 +713,12 @@ fn supervise(
             }
         }
     }
-    // Whatever still holds a pipe after the drain is killed with the rest.
-    kill_sandbox(init);
+    // Not reaped yet (the streams closed first): killed, so that nothing of
+    // the sandbox outlives the call. A reaped init's pid may already be
+    // another process's, and its pid namespace is gone with it anyway.
+    if drain_until.is_none() {
+        kill_sandbox(init);
+    }
     end.ok_or_else(|| RuntimeError::invalid("the call", "ended without a status"))
 }
 
@@ -739,23 +746,6 @@ fn pipe() -> Result<(OwnedFd, OwnedFd)> {
     // The read end stays with runsbx (close-on-exec); libcontainer dups the
     // write end onto the init's fd 1 or 2.
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| RuntimeError::sys("pipe2", e))
-}
-
-/// Moves runsbx into a mount namespace of its own, so that the call's
-/// mounts are seen by nobody else and vanish with it.
-fn private_mount_namespace() -> Result<()> {
-    use nix::mount::{mount, MsFlags};
-    use nix::sched::{unshare, CloneFlags};
-    unshare(CloneFlags::CLONE_NEWNS)
-        .map_err(|e| RuntimeError::sys("unshare(CLONE_NEWNS) for the call", e))?;
-    mount(
-        None::<&str>,
-        "/",
-        None::<&str>,
-        MsFlags::MS_REC | MsFlags::MS_SLAVE,
-        None::<&str>,
-    )
-    .map_err(|e| RuntimeError::sys("make / a slave mount for the call", e))
 }
 
 /// The host ids (in runsbx's user namespace) of the sandbox's root.

@@ -33,7 +33,9 @@ pub fn sweep(root: &StateRoot) {
             continue;
         };
         tracing::info!(id, "removing what an interrupted call left behind");
-        reclaim(root, &id);
+        // No user namespace to search by here: a dead call's namespace
+        // number may already be a live one's. Its watchdog searched it.
+        reclaim(root, &id, None);
         let _ = fs::remove_dir_all(entry.path());
     }
     // A call killed between taking its lock and making its directory left
@@ -52,7 +54,7 @@ pub fn sweep(root: &StateRoot) {
     }
 }
 
-fn reclaim(root: &StateRoot, id: &str) {
+fn reclaim(root: &StateRoot, id: &str, userns: Option<u64>) {
     // Every process first, found without the state file, which may be
     // missing, half-written, or name only the init: by user namespace
     // (rootless), by the notify socket a waiting init listens on, and by
@@ -61,7 +63,7 @@ fn reclaim(root: &StateRoot, id: &str) {
     // until it has come up empty several times in a row.
     let mut quiet = 0;
     for _ in 0..200 {
-        if kill_processes(root, id) == 0 {
+        if kill_processes(root, id, userns) == 0 {
             quiet += 1;
             if quiet == 5 {
                 break;
@@ -86,24 +88,6 @@ fn reclaim(root: &StateRoot, id: &str) {
     if let Err(e) = lifecycle::release_host_side(root, id) {
         tracing::warn!(id, "release the interrupted call's host resources: {e}");
     }
-}
-
-/// The file in a call's directory that names the user namespace runsbx
-/// made for it (rootless): every process of the call is in it or below it.
-const USERNS_FILE: &str = "userns";
-
-/// Records the user namespace this runsbx runs in, when it made it itself.
-pub(crate) fn record_userns(call_dir: &Path) -> std::io::Result<()> {
-    if crate::cgroupless::userns_from().is_none() {
-        return Ok(());
-    }
-    let ino = fs::metadata("/proc/self/ns/user")?.ino();
-    fs::write(call_dir.join(USERNS_FILE), ino.to_string())
-}
-
-fn recorded_userns(root: &StateRoot, id: &str) -> Option<u64> {
-    let path = root.path().join("@calls").join(id).join(USERNS_FILE);
-    fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
 /// Processes whose user namespace is `ino` or a descendant of it.
@@ -171,10 +155,11 @@ fn socket_holders(path: &Path) -> Vec<Pid> {
     holders
 }
 
-/// SIGKILLs every process of call `id` found right now; how many.
-fn kill_processes(root: &StateRoot, id: &str) -> usize {
+/// SIGKILLs every process of call `id` found right now (and, given a user
+/// namespace, every process in it or below it); how many.
+fn kill_processes(root: &StateRoot, id: &str, userns: Option<u64>) -> usize {
     let mut pids = Vec::new();
-    if let Some(userns) = recorded_userns(root, id) {
+    if let Some(userns) = userns {
         pids.extend(in_user_namespace(userns));
     }
     pids.extend(socket_holders(&root.container_dir(id).join("notify.sock")));
@@ -370,9 +355,14 @@ fn watch(root: &StateRoot, id: &str, parent: Pid, disarm: std::os::fd::OwnedFd) 
 /// (rootless, this watchdog is in the call's own user namespace, which
 /// `reclaim` empties, sparing only the watchdog).
 fn abandon(root: &StateRoot, id: &str) -> i32 {
+    // Rootless, everything the call made is in this watchdog's own user
+    // namespace (alive: its number cannot have been reused) or below it.
+    let userns = crate::cgroupless::userns_from()
+        .and_then(|_| fs::metadata("/proc/self/ns/user").ok())
+        .map(|m| m.ino());
     match root.lock(id) {
         Ok(_lock) => {
-            reclaim(root, id);
+            reclaim(root, id, userns);
             // The watchdog shares the call's private mount namespace: the
             // workspace tmpfs is still mounted here.
             let dir = root.path().join("@calls").join(id);
