@@ -117,3 +117,42 @@ for n in 2 8; do
     printf '  %d at once:  runsbx %6s   bwrap %6s   podman %6s\n' "$n" \
         "$(per_second "$n" runsbx)" "$(per_second "$n" bwrap)" "$(per_second "$n" podman)"
 done
+
+# --- The egress proxy: added latency per connection and throughput, a
+# Python client inside a sandbox going through the proxy against the same
+# client on the host connecting directly, to one server on the host's
+# loopback.
+www="$work/www"
+mkdir -p "$www"
+echo hello > "$www/small"
+head -c $((100 << 20)) /dev/zero > "$www/big"
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+python3 -m http.server --bind 127.0.0.1 --directory "$www" "$port" >/dev/null 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null; "${pm[@]}" rm -af >/dev/null 2>&1; "${pm[@]}" rmi -af >/dev/null 2>&1; rm -rf "$work"' EXIT
+for _ in $(seq 50); do python3 -c "import socket; socket.create_connection(('127.0.0.1', $port))" 2>/dev/null && break; sleep 0.1; done
+cat > "$work/client.py" <<'PY'
+import statistics, sys, time, urllib.request
+base = sys.argv[1]
+opener = urllib.request.build_opener()  # the environment's proxy, if any
+times = []
+for _ in range(200):
+    t = time.perf_counter()
+    opener.open(base + "/small").read()
+    times.append(time.perf_counter() - t)
+t = time.perf_counter()
+n = len(opener.open(base + "/big").read())
+mbps = n / (time.perf_counter() - t) / (1 << 20)
+print(f"{statistics.median(times) * 1000:.3f} {mbps:.0f}")
+PY
+read -r direct_ms direct_mbps < <(env -u http_proxy -u HTTP_PROXY python3 "$work/client.py" "http://127.0.0.1:$port")
+read -r proxy_ms proxy_mbps < <("$runsbx" --root "$work/state-call" call --image python --timeout 120s \
+    --allow-host "bench.test:$port" --proxy-resolve bench.test=127.0.0.1 \
+    --proxy-allow-address "127.0.0.1:$port" --input "$work/client.py" \
+    -- python3 client.py "http://bench.test:$port")
+echo
+echo "egress proxy, HTTP GET on loopback (200 small requests, median; one 100 MiB download)"
+printf '  direct (host)        %8s ms per request   %6s MiB/s\n' "$direct_ms" "$direct_mbps"
+printf '  through the proxy    %8s ms per request   %6s MiB/s\n' "$proxy_ms" "$proxy_mbps"
+awk -v a="$proxy_ms" -v b="$direct_ms" -v c="$proxy_mbps" -v d="$direct_mbps" \
+    'BEGIN { printf "  added latency %.3f ms per connection; throughput ratio %.2f\n", a - b, c / d }'
