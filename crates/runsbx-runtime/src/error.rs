@@ -73,6 +73,9 @@ pub enum RuntimeError {
     #[error("image `{name}` already exists at {path:?} (pass --replace to replace it, or `runsbx image rm {name}` first)")]
     ImageExists { name: String, path: PathBuf },
 
+    #[error("image `{name}` is in use: a call runs on it, or `image rm` is deleting it (try again when it has ended)")]
+    ImageInUse { name: String },
+
     #[error("{what}: {reason}")]
     Unsupported { what: String, reason: String },
 
@@ -117,9 +120,10 @@ impl RuntimeError {
                 exit::INVALID_INPUT
             }
             Self::NotFound { .. } | Self::ImageNotFound { .. } => exit::NOT_FOUND,
-            Self::Exists { .. } | Self::WrongState { .. } | Self::ImageExists { .. } => {
-                exit::CONFLICT
-            }
+            Self::Exists { .. }
+            | Self::WrongState { .. }
+            | Self::ImageExists { .. }
+            | Self::ImageInUse { .. } => exit::CONFLICT,
             Self::CommandNotFound { .. } => exit::NOT_FOUND,
             Self::CommandNotExecutable { .. } => exit::INVALID_INPUT,
             Self::Unsupported { .. } => exit::UNSUPPORTED,

@@ -179,6 +179,34 @@ fn import_podman_archives(fx: Fixture) {
         );
     }
 
+    // An image a call runs on is not removed from under it.
+    let mut running = fx.cmd([
+        "call",
+        "--image",
+        "t1",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "echo up; sleep 3",
+    ]);
+    running
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    let mut child = support::spawn(&mut running);
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line, "up\n");
+    let out = image(&fx, &data, &["rm", "t1"]);
+    assert_eq!(out.code, exit::CONFLICT, "{out:?}");
+    assert!(out.stderr.contains("image `t1` is in use"), "{out:?}");
+    assert!(child.wait().unwrap().success());
+
     // --replace swaps the image in.
     image(&fx, &data, &["import", docker, "--name", "t1", "--replace"]).ok();
     let list = image(&fx, &data, &["ls", "--json"]).ok().json();

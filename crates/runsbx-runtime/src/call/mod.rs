@@ -323,7 +323,8 @@ fn run(
         ));
     }
     // Everything the caller gave is checked before anything is made.
-    let (rootfs, image_env) = match (&req.rootfs, &req.image) {
+    // `_image` holds the image's in-use lock until the call ends.
+    let (rootfs, image_env, _image) = match (&req.rootfs, &req.image) {
         (Some(_), Some(_)) => {
             return Err(RuntimeError::invalid(
                 "--image and --rootfs",
@@ -333,13 +334,13 @@ fn run(
         (Some(dir), None) => {
             let dir = fs::canonicalize(dir)
                 .map_err(|e| RuntimeError::invalid(format!("--rootfs {dir:?}"), format!("{e}")))?;
-            (dir, Vec::new())
+            (dir, Vec::new(), None)
         }
         (None, name) => {
             let name = name.as_deref().unwrap_or(crate::image::DEFAULT_IMAGE);
             let image = ImageStore::open(req.data_dir.as_deref())?.resolve(name)?;
             result.image = Some(image.name.clone());
-            (image.rootfs, image.config.env)
+            (image.rootfs.clone(), image.config.env.clone(), Some(image))
         }
     };
     for input in &req.inputs {

@@ -49,6 +49,18 @@ pub struct Image {
     pub name: String,
     pub rootfs: PathBuf,
     pub config: ImageConfig,
+    /// A shared lock on the image for as long as this value (or a clone)
+    /// lives: `image rm` refuses to delete an image a call runs on.
+    _in_use: std::sync::Arc<fs::File>,
+}
+
+/// flock(2) on the image's image.json: shared while a call runs on it,
+/// exclusive while `image rm` deletes it. Released when the file closes.
+fn flock_image(path: &Path, op: libc::c_int) -> Option<fs::File> {
+    let file = fs::File::open(path.join(IMAGE_JSON)).ok()?;
+    // SAFETY: flock on a valid fd we own.
+    let rc = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&file), op | libc::LOCK_NB) };
+    (rc == 0).then_some(file)
 }
 
 /// What the image's own config says about its process (the OCI / docker
@@ -141,10 +153,17 @@ impl ImageStore {
                      import or build it again",
                 ));
             }
+            // Held by the call for its life; refused only while `image rm`
+            // deletes the image.
+            let in_use =
+                flock_image(&path, libc::LOCK_SH).ok_or_else(|| RuntimeError::ImageInUse {
+                    name: name.to_owned(),
+                })?;
             return Ok(Image {
                 name: name.to_owned(),
                 rootfs,
                 config: json.config,
+                _in_use: std::sync::Arc::new(in_use),
             });
         }
         Err(RuntimeError::ImageNotFound {
@@ -212,6 +231,16 @@ impl ImageStore {
                 searched: vec![self.images.clone()],
             });
         }
+        // Exclusive until the image is gone: no call starts on it meanwhile.
+        let _deleting =
+            match fs::symlink_metadata(path.join(IMAGE_JSON)) {
+                Ok(_) => Some(flock_image(&path, libc::LOCK_EX).ok_or_else(|| {
+                    RuntimeError::ImageInUse {
+                        name: name.to_owned(),
+                    }
+                })?),
+                Err(_) => None,
+            };
         sweep_stale(&self.images);
         // Out of its name first, so that no one resolves a half-deleted image.
         let doomed = self.images.join(tmp_name(name));
@@ -580,6 +609,15 @@ impl Staging {
             .map_err(|e| RuntimeError::io(format!("write {json_path:?}"), e))?;
 
         let dest = self.images.join(&self.name);
+        // The image replaced is deleted afterwards: not while a call runs on it.
+        let in_use = || RuntimeError::ImageInUse {
+            name: self.name.clone(),
+        };
+        let _replacing = if replace && fs::symlink_metadata(dest.join(IMAGE_JSON)).is_ok() {
+            Some(flock_image(&dest, libc::LOCK_EX).ok_or_else(in_use)?)
+        } else {
+            None
+        };
         let flags = if replace && fs::symlink_metadata(&dest).is_ok() {
             RenameFlags::RENAME_EXCHANGE
         } else {
