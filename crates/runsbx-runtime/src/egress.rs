@@ -5,9 +5,11 @@
 //!
 //! The listening socket is made inside the sandbox's network namespace by
 //! runsbx itself (still single-threaded), then handed to the supervisor,
-//! which starts the proxy's thread and waits on a pidfd of the init. The
-//! supervisor keeps no other fd of runsbx's: an engine reading runsbx's
-//! stdout must see it close when `create` returns.
+//! which starts the proxy's thread and waits on a pidfd of the init. Its
+//! stdio goes to /dev/null: an engine reading runsbx's stdout must see it
+//! close when `create` returns. The log file stays open (the supervisor
+//! logs refusals there); closing every other fd would let a socket the
+//! proxy opens take the log's fd number and receive log lines.
 
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
@@ -92,8 +94,7 @@ fn serve(
     config: runsbx_proxy::ProxyConfig,
 ) -> i32 {
     let _ = nix::unistd::setsid();
-    // Nothing of runsbx's: stdio to /dev/null, every other fd closed but
-    // the two this process serves and waits on.
+    // stdio to /dev/null (see the module's comment).
     if let Ok(null) = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -103,8 +104,6 @@ fn serve(
             let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
         }
     }
-    let keep = [listener.as_raw_fd(), pidfd.as_raw_fd()];
-    close_other_fds(&keep);
     let Ok(proxy) = runsbx_proxy::spawn(listener, config) else {
         return 1;
     };
@@ -119,19 +118,6 @@ fn serve(
     }
     proxy.shutdown();
     0
-}
-
-fn close_other_fds(keep: &[i32]) {
-    let mut keep: Vec<u32> = keep.iter().map(|fd| *fd as u32).collect();
-    keep.sort_unstable();
-    let mut from = 3u32;
-    for k in keep.iter().chain(std::iter::once(&u32::MAX)) {
-        if *k > from {
-            // SAFETY: close_range on a range of our own fd table.
-            unsafe { libc::syscall(libc::SYS_close_range, from, k - 1, 0) };
-        }
-        from = k.saturating_add(1);
-    }
 }
 
 fn pidfd_open(pid: Pid) -> Result<OwnedFd> {
