@@ -14,6 +14,7 @@ pub mod features;
 pub mod host;
 pub mod image;
 pub mod lifecycle;
+mod mountinfo;
 mod netns;
 mod pod;
 pub mod policy;

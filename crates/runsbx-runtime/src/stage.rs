@@ -16,7 +16,7 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use libcontainer::oci_spec::runtime::Spec;
-use nix::mount::{mount, umount2, MntFlags, MsFlags};
+use nix::mount::{mount, MsFlags};
 use nix::sys::wait::waitpid;
 use nix::unistd::{fork, ForkResult};
 use runsbx_policy::IdRange;
@@ -154,21 +154,7 @@ pub fn remove(key: &str) -> Result<()> {
     if !dir.exists() {
         return Ok(());
     }
-    let info = fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| RuntimeError::io("read mountinfo", e))?;
-    let mut points: Vec<PathBuf> = info
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(4).map(PathBuf::from))
-        .filter(|p| p.starts_with(&dir))
-        .collect();
-    // Deepest first.
-    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    for p in points {
-        match umount2(&p, MntFlags::MNT_DETACH) {
-            Ok(()) | Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => {}
-            Err(e) => return Err(RuntimeError::sys(format!("unmount {p:?}"), e)),
-        }
-    }
+    crate::mountinfo::unmount_under(&dir)?;
     fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(format!("remove {dir:?}"), e))
 }
 

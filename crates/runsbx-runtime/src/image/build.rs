@@ -13,9 +13,10 @@ use pathrs::Root;
 use serde::Deserialize;
 
 use super::layer::children;
-use super::{progress, unmount_under, ImageConfig};
+use super::{progress, ImageConfig};
 use crate::error::{Result, RuntimeError};
 use crate::host;
+use crate::mountinfo::unmount_under;
 
 /// The recipes runsbx can build, by image name.
 const RECIPES: &[(&str, &str)] = &[(

@@ -477,7 +477,7 @@ fn sweep_stale(images: &Path) {
 /// killed debootstrap leaves them), then the files, making directories
 /// writable when a rootless caller cannot otherwise delete from them.
 pub(crate) fn remove_tree(path: &Path) -> Result<()> {
-    unmount_under(path)?;
+    crate::mountinfo::unmount_under(path)?;
     let ctx = || format!("remove {path:?}");
     match fs::remove_dir_all(path) {
         Ok(()) => return Ok(()),
@@ -502,52 +502,6 @@ fn make_dirs_writable(dir: &Path) {
     for entry in fs::read_dir(dir).into_iter().flatten().flatten() {
         make_dirs_writable(&entry.path());
     }
-}
-
-/// Detaches every mount at or below `path`, deepest first.
-pub(crate) fn unmount_under(path: &Path) -> Result<()> {
-    use nix::mount::{umount2, MntFlags};
-    let info = fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| RuntimeError::io("read /proc/self/mountinfo", e))?;
-    let mut points: Vec<PathBuf> = info
-        .lines()
-        .filter_map(|l| l.split_whitespace().nth(4).map(unescape_mountinfo))
-        .filter(|p| p.starts_with(path))
-        .collect();
-    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    for p in points {
-        match umount2(&p, MntFlags::MNT_DETACH) {
-            Ok(()) | Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => {}
-            Err(e) => return Err(RuntimeError::sys(format!("unmount {p:?}"), e)),
-        }
-    }
-    Ok(())
-}
-
-/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
-fn unescape_mountinfo(field: &str) -> PathBuf {
-    use std::os::unix::ffi::OsStringExt;
-    let b = field.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        let octal = b.get(i + 1..i + 4).and_then(|d| {
-            std::str::from_utf8(d)
-                .ok()
-                .and_then(|d| u8::from_str_radix(d, 8).ok())
-        });
-        match (b[i], octal) {
-            (b'\\', Some(c)) => {
-                out.push(c);
-                i += 4;
-            }
-            (c, _) => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    PathBuf::from(std::ffi::OsString::from_vec(out))
 }
 
 /// An image being made in `.tmp-<name>-<pid>`: removed when dropped,

@@ -170,12 +170,3 @@ fn stale_staging_of_dead_processes_is_swept() {
     assert!(!dead.exists());
     assert!(alive.exists());
 }
-
-#[test]
-fn mountinfo_escapes() {
-    assert_eq!(
-        unescape_mountinfo(r"/a\040b\134c"),
-        PathBuf::from("/a b\\c")
-    );
-    assert_eq!(unescape_mountinfo(r"/x\0"), PathBuf::from(r"/x\0"));
-}
