@@ -507,12 +507,7 @@ as_root_and_rootless!(interrupted_call_cleans_up: sigterm_as_root, sigterm_rootl
 
 fn killed_call_is_swept_by_the_next(fx: Fixture) {
     let m = marker(&fx, 5);
-    let mut cmd = fx.cmd(["call", "--json", "--rootfs"]);
-    cmd.arg(support::rootfs()).args(["--", "sleep", &m]);
-    cmd.stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .stdin(Stdio::null());
-    let mut child = support::spawn(&mut cmd);
+    let mut child = sleeping_call(&fx, &m);
     wait_for(|| sleeping(&m));
     child.kill().unwrap();
     child.wait().unwrap();
@@ -523,6 +518,16 @@ fn killed_call_is_swept_by_the_next(fx: Fixture) {
     clean_soon(&fx, &m);
 }
 as_root_and_rootless!(killed_call_is_swept_by_the_next: sigkill_as_root, sigkill_rootless);
+
+/// A call of `sleep MARKER` in the background, its output discarded.
+fn sleeping_call(fx: &Fixture, marker: &str) -> std::process::Child {
+    let mut cmd = fx.cmd(["call", "--json", "--rootfs"]);
+    cmd.arg(support::rootfs()).args(["--", "sleep", marker]);
+    cmd.stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .stdin(Stdio::null());
+    support::spawn(&mut cmd)
+}
 
 /// Waits for the watchdogs of killed calls (they work on their own time),
 /// then asserts nothing is left.
@@ -632,12 +637,7 @@ fn memory_limit_hit_is_reported() {
 fn killed_at_any_point(fx: Fixture) {
     let m = marker(&fx, 6);
     for i in 0..20u64 {
-        let mut cmd = fx.cmd(["call", "--json", "--rootfs"]);
-        cmd.arg(support::rootfs()).args(["--", "sleep", &m]);
-        cmd.stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .stdin(Stdio::null());
-        let mut child = support::spawn(&mut cmd);
+        let mut child = sleeping_call(&fx, &m);
         std::thread::sleep(Duration::from_millis(i * 2));
         child.kill().unwrap();
         child.wait().unwrap();

@@ -55,6 +55,20 @@ impl HostServer {
     }
 }
 
+/// Options that allow `allowed.test:PORT`, resolved to the test's server
+/// on the host's loopback, which the test marks as a destination it means
+/// (the proxy refuses loopback otherwise).
+fn allow_test_server(port: u16) -> Vec<String> {
+    vec![
+        "--allow-host".to_owned(),
+        format!("allowed.test:{port}"),
+        "--proxy-resolve".to_owned(),
+        "allowed.test=127.0.0.1".to_owned(),
+        "--proxy-allow-address".to_owned(),
+        format!("127.0.0.1:{port}"),
+    ]
+}
+
 fn have_python_image() -> bool {
     Path::new("/var/lib/runsbx/images/python/rootfs").is_dir()
 }
@@ -180,18 +194,12 @@ fn allowlisted_name_works_and_others_are_refused(fx: Fixture) {
     }
     let server = HostServer::start();
     let p = server.port;
-    let opts: Vec<String> = [
-        "--allow-host".to_owned(),
-        format!("allowed.test:{p}"),
-        "--proxy-resolve".to_owned(),
-        "allowed.test=127.0.0.1".to_owned(),
+    let mut opts = allow_test_server(p);
+    // Resolvable, but not on the allowlist.
+    opts.extend([
         "--proxy-resolve".to_owned(),
         "blocked.test=127.0.0.1".to_owned(),
-        // The test marks its own loopback server as a destination it means.
-        "--proxy-allow-address".to_owned(),
-        format!("127.0.0.1:{p}"),
-    ]
-    .to_vec();
+    ]);
     let urls = [
         format!("http://allowed.test:{p}/"),
         format!("http://blocked.test:{p}/"),
@@ -252,15 +260,7 @@ fn a_connection_flood_is_cut_off(fx: Fixture) {
     }
     let server = HostServer::start();
     let p = server.port;
-    let opts: Vec<String> = [
-        "--allow-host".to_owned(),
-        format!("allowed.test:{p}"),
-        "--proxy-resolve".to_owned(),
-        "allowed.test=127.0.0.1".to_owned(),
-        "--proxy-allow-address".to_owned(),
-        format!("127.0.0.1:{p}"),
-    ]
-    .to_vec();
+    let opts = allow_test_server(p);
     let script = format!(
         r#"
 import socket, time, urllib.error, urllib.request
