@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use crate::profile::{parse_size, Limits, OperatorConfig, Profile, Size};
+use crate::profile::{parse_duration, parse_size, Limits, OperatorConfig, Profile, Size, Timeout};
 use crate::PolicyError;
 
 /// The prefix of every annotation runsbx reads.
@@ -13,6 +13,8 @@ pub const PROFILE: &str = "runsbx.profile";
 /// Narrows the profile's egress allowlist: comma-separated entries, each
 /// one of the profile's own.
 pub const EGRESS_ALLOW: &str = "runsbx.egress.allow";
+/// A wall-clock deadline (`30s`): at most the profile's.
+pub const TIMEOUT: &str = "runsbx.timeout";
 
 /// The egress allowlist that applies: the profile's, or the part of it the
 /// `runsbx.egress.allow` annotation keeps. An entry the profile does not
@@ -73,6 +75,20 @@ pub fn requested_limits(
         let size = || parse_size(value).map(Size).map_err(|e| bad(&e));
         match key.as_str() {
             PROFILE | EGRESS_ALLOW => {}
+            TIMEOUT => {
+                let wanted_timeout = parse_duration(value).map_err(|e| bad(&e))?;
+                // Refused rather than cut: whoever asked for a longer
+                // deadline expects the sandbox to live that long.
+                if let Some(Timeout(max)) = base.timeout {
+                    if wanted_timeout > max {
+                        return Err(bad(&format!(
+                            "longer than the profile's deadline of {}ms (annotations only shorten it)",
+                            max.as_millis()
+                        )));
+                    }
+                }
+                wanted.timeout = Some(Timeout(wanted_timeout));
+            }
             "runsbx.limits.memory" => wanted.memory = size()?,
             "runsbx.limits.fsize" => wanted.fsize = size()?,
             "runsbx.limits.nofile" => wanted.nofile = number()?,
@@ -84,7 +100,7 @@ pub fn requested_limits(
             }
             _ => {
                 return Err(bad(
-                    "unknown runsbx annotation (known: runsbx.profile, runsbx.egress.allow, runsbx.limits.{memory,fsize,nofile,nproc,cpu_seconds,cpu_millis,pids})",
+                    "unknown runsbx annotation (known: runsbx.profile, runsbx.egress.allow, runsbx.timeout, runsbx.limits.{memory,fsize,nofile,nproc,cpu_seconds,cpu_millis,pids})",
                 ))
             }
         }
@@ -188,6 +204,38 @@ mod tests {
             requested_limits(Some(&ann(&[("io.kubernetes.pod", "x")])), base)?,
             base
         );
+        Ok(())
+    }
+
+    #[test]
+    fn the_timeout_annotation_only_shortens_the_deadline() -> Result<(), PolicyError> {
+        use std::time::Duration;
+        let none = Limits::default();
+        assert_eq!(requested_limits(None, none)?.timeout, None);
+        let two = requested_limits(Some(&ann(&[(TIMEOUT, "2s")])), none)?;
+        assert_eq!(two.timeout, Some(Timeout(Duration::from_secs(2))));
+        let profile = Limits {
+            timeout: Some(Timeout(Duration::from_secs(60))),
+            ..none
+        };
+        let shorter = requested_limits(Some(&ann(&[(TIMEOUT, "500ms")])), profile)?;
+        assert_eq!(shorter.timeout, Some(Timeout(Duration::from_millis(500))));
+        assert_eq!(requested_limits(None, profile)?.timeout, profile.timeout);
+        let longer = requested_limits(Some(&ann(&[(TIMEOUT, "2m")])), profile);
+        assert!(
+            matches!(&longer, Err(PolicyError::Annotation { key, reason, .. })
+                if key == TIMEOUT && reason.contains("longer than the profile's deadline")),
+            "{longer:?}"
+        );
+        for bad in ["soon", "-5s", "0", "1d", "", "9999999h"] {
+            assert!(
+                matches!(
+                    requested_limits(Some(&ann(&[(TIMEOUT, bad)])), none),
+                    Err(PolicyError::Annotation { .. })
+                ),
+                "{bad:?}"
+            );
+        }
         Ok(())
     }
 

@@ -116,6 +116,8 @@ pub struct Hardened {
     pub spec: oci_spec::runtime::Spec,
     pub changes: Vec<Change>,
     pub attestation: Vec<Layer>,
+    /// When the runtime kills the whole sandbox, counted from create.
+    pub deadline: Option<std::time::Duration>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

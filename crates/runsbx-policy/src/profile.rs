@@ -83,6 +83,71 @@ pub struct Limits {
     /// CPU time per second of wall time, in thousandths of a CPU (cgroup
     /// cpu quota over a 100 ms period).
     pub cpu_millis: u64,
+    /// Wall-clock deadline, counted from create: when it passes, the
+    /// runtime kills the whole sandbox. None by default, the one limit
+    /// without a finite default: an engine's container may be a long-lived
+    /// service (a pod's), and `runsbx call` brings its own (`--timeout`).
+    /// A `runsbx.timeout` annotation may only shorten it.
+    pub timeout: Option<Timeout>,
+}
+
+/// A duration, written as `30s`, `500ms`, `2m`, `1h` or a number of seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "TimeoutRepr", into = "String")]
+pub struct Timeout(pub std::time::Duration);
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum TimeoutRepr {
+    Seconds(u64),
+    Text(String),
+}
+
+impl TryFrom<TimeoutRepr> for Timeout {
+    type Error = String;
+    fn try_from(r: TimeoutRepr) -> Result<Self, String> {
+        match r {
+            TimeoutRepr::Seconds(n) => parse_duration(&n.to_string()).map(Timeout),
+            TimeoutRepr::Text(t) => parse_duration(&t).map(Timeout),
+        }
+    }
+}
+
+impl From<Timeout> for String {
+    fn from(t: Timeout) -> String {
+        format!("{}ms", t.0.as_millis())
+    }
+}
+
+/// The longest duration runsbx takes: a week.
+const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(7 * 24 * 3600);
+
+/// Parses `30s`, `500ms`, `2m`, `1h`, or a number of seconds (`1.5`):
+/// positive, at most a week.
+pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let bad = || {
+        format!(
+            "{text:?} is not a duration (use a positive number with ms, s, m or h, at most a \
+             week: 30s, 500ms, 2m)"
+        )
+    };
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| bad())?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "" | "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(bad()),
+    };
+    if !secs.is_finite() || secs <= 0.0 || secs > MAX_DURATION.as_secs_f64() {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs_f64(secs))
 }
 
 impl Default for Limits {
@@ -96,6 +161,7 @@ impl Default for Limits {
             memory: Size(256 << 20),
             pids: 64,
             cpu_millis: 500,
+            timeout: None,
         }
     }
 }
@@ -112,6 +178,11 @@ impl Limits {
             memory: Size(self.memory.0.min(other.memory.0)),
             pids: self.pids.min(other.pids),
             cpu_millis: self.cpu_millis.min(other.cpu_millis),
+            // None is no deadline: the other's, if it has one.
+            timeout: match (self.timeout, other.timeout) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            },
         }
     }
 }

@@ -7,6 +7,7 @@ mod process;
 mod reject;
 mod resources;
 mod seccomp;
+mod supervision;
 mod userns;
 
 use oci_spec::runtime::Spec;
@@ -31,10 +32,12 @@ pub fn harden(spec: Spec, profile: &Profile, host: &HostFacts) -> Result<Hardene
     process::apply(&mut cx)?; // no capabilities, no_new_privs, rlimits
     seccomp::apply(&mut cx)?; // the allowlist
     resources::apply(&mut cx)?; // cgroup memory and pids limits
+    let deadline = supervision::apply(&mut cx)?; // the wall-clock deadline
     Ok(Hardened {
         spec: cx.spec,
         changes: cx.changes,
         attestation: cx.attestation,
+        deadline,
     })
 }
 

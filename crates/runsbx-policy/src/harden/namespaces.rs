@@ -37,15 +37,23 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
             joined_pod = true;
         } else if cx.profile.namespace_join {
             // The operator's profile allows joins (e.g. a pod's CNI network).
-        } else if pod_sandbox && ns.typ() == LinuxNamespaceType::Network {
-            // The engine made this namespace for its CNI network. A runsbx
-            // pod's network is its own loopback: the sandbox gets a new one.
+        } else if ns.typ() == LinuxNamespaceType::Network {
+            // The engine made this namespace for its own network (podman's
+            // /run/netns/…, a CNI pod network). A sandbox's network is its
+            // own loopback, whoever made the spec: it gets a new one, as
+            // docker's and a pod's containers do.
             ns.set_path(None);
+            let whose = if pod_sandbox {
+                "the pod network namespace (made by the engine for CNI)"
+            } else {
+                "the engine's network namespace"
+            };
             cx.change(
                 "linux.namespaces.network",
                 format!(
-                    "the pod network namespace at {path:?} (made by the engine for CNI) is not \
-                     joined: the pod gets a new one holding only lo"
+                    "{whose} at {path:?} is not joined: the sandbox gets a new one holding only \
+                     lo; engine networking and published ports are not available in a runsbx \
+                     sandbox (egress goes through runsbx's proxy)"
                 ),
             );
         } else {

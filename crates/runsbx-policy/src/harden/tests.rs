@@ -189,11 +189,11 @@ fn hooks_and_joins_are_refused() {
     let mut spec = load("containerd.json");
     let linux = spec.linux_mut().as_mut().unwrap();
     let mut nss = linux.namespaces().clone().unwrap();
-    nss.retain(|n| n.typ() != LinuxNamespaceType::Network);
+    nss.retain(|n| n.typ() != LinuxNamespaceType::Ipc);
     nss.push(
         LinuxNamespaceBuilder::default()
-            .typ(LinuxNamespaceType::Network)
-            .path("/proc/1/ns/net")
+            .typ(LinuxNamespaceType::Ipc)
+            .path("/proc/1/ns/ipc")
             .build()
             .unwrap(),
     );
@@ -634,21 +634,38 @@ fn a_pod_container_joins_only_what_the_runtime_verified() {
     let again = harden(hardened.spec.clone(), &profile(), &host).unwrap();
     assert_eq!(again.spec, hardened.spec);
 
-    // Unverified paths, the host's, a CNI namespace: refused, with or
-    // without a verified pod.
+    // Unverified network paths, the host's, a CNI namespace: never joined,
+    // with or without a verified pod; the sandbox gets a new network, and
+    // the change says why.
     for path in [
         "/proc/4243/ns/net",
         "/proc/1/ns/net",
         "/var/run/netns/cni-1234",
     ] {
         for host in [as_root(), in_pod()] {
+            let hardened = harden(with_net_path(path, &container), &profile(), &host)
+                .unwrap_or_else(|e| panic!("{path}: {e}"));
+            let net = hardened
+                .spec
+                .linux()
+                .as_ref()
+                .and_then(|l| l.namespaces().clone())
+                .unwrap()
+                .into_iter()
+                .find(|n| n.typ() == LinuxNamespaceType::Network)
+                .unwrap();
+            assert_eq!(net.path(), &None, "{path} joined");
             assert!(
-                matches!(
-                    harden(with_net_path(path, &container), &profile(), &host),
-                    Err(PolicyError::Refused { .. })
-                ),
-                "{path} joined"
+                hardened
+                    .changes
+                    .iter()
+                    .any(|c| c.field == "linux.namespaces.network"
+                        && c.reason.contains(path)
+                        && c.reason.contains("holding only lo")),
+                "{path}: {:?}",
+                hardened.changes
             );
+            verify(&hardened.spec, &profile(), &host).unwrap();
         }
     }
     // verify refuses a join the runtime did not verify, however made.
