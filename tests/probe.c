@@ -8,6 +8,10 @@
  *   probe connect IP PORT   "connect ok" or "connect <errno name>"
  *   probe udp IP PORT       "udp ok" or "udp <errno name>"
  *   probe write PATH        "write ok" or "write <errno name>"
+ *   probe append PATH       "append ok" or "append <errno name>" (no create)
+ *   probe bind PORT         "bind ok" or "bind <errno name>" (TCP, 0.0.0.0)
+ *   probe ifaces            "if NAME" for each interface, "addr NAME IP"
+ *                           for each IPv4 address (ioctls, no netlink)
  *   probe segv              dies of a real SIGSEGV (exit status checks)
  */
 #define _GNU_SOURCE
@@ -44,6 +48,8 @@ static const char *ename(int e) {
     case EHOSTUNREACH: return "EHOSTUNREACH";
     case ETIMEDOUT: return "ETIMEDOUT";
     case EAFNOSUPPORT: return "EAFNOSUPPORT";
+    case EADDRINUSE: return "EADDRINUSE";
+    case EOVERFLOW: return "EOVERFLOW";
     default: { static char buf[32]; snprintf(buf, sizeof buf, "errno%d", e); return buf; }
     }
 }
@@ -133,6 +139,45 @@ static int do_write(const char *path) {
     return 0;
 }
 
+static int append(const char *path) {
+    int fd = open(path, O_WRONLY | O_APPEND);
+    if (fd < 0 || write(fd, "x", 1) != 1) { printf("append %s\n", ename(errno)); return 1; }
+    printf("append ok\n");
+    return 0;
+}
+
+static int do_bind(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET; a.sin_port = htons(port); a.sin_addr.s_addr = htonl(INADDR_ANY);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) < 0) { printf("bind %s\n", ename(errno)); return 1; }
+    printf("bind ok\n");
+    return 0;
+}
+
+/* Interfaces by index (SIOCGIFNAME) and IPv4 addresses (SIOCGIFCONF):
+ * what the sandbox can see without netlink, which seccomp denies. */
+static int ifaces(void) {
+    int fd = socket(AF_INET, SOCK_DGRAM, 0);
+    if (fd < 0) { printf("ifaces %s\n", ename(errno)); return 1; }
+    for (int i = 1; i < 4096; i++) {
+        struct ifreq req;
+        memset(&req, 0, sizeof req);
+        req.ifr_ifindex = i;
+        if (ioctl(fd, SIOCGIFNAME, &req) == 0) printf("if %s\n", req.ifr_name);
+    }
+    struct ifreq reqs[64];
+    struct ifconf conf = { .ifc_len = sizeof reqs, .ifc_req = reqs };
+    if (ioctl(fd, SIOCGIFCONF, &conf) < 0) { printf("ifconf %s\n", ename(errno)); return 1; }
+    for (size_t i = 0; i < conf.ifc_len / sizeof reqs[0]; i++) {
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&reqs[i].ifr_addr)->sin_addr, ip, sizeof ip);
+        printf("addr %s %s\n", reqs[i].ifr_name, ip);
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     if (argc >= 2 && !strcmp(argv[1], "status")) return status();
@@ -140,8 +185,11 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "syscalls")) return syscalls();
     if (argc >= 4 && (!strcmp(argv[1], "connect") || !strcmp(argv[1], "udp"))) return net(argv[1], argv[2], atoi(argv[3]));
     if (argc >= 3 && !strcmp(argv[1], "write")) return do_write(argv[2]);
+    if (argc >= 3 && !strcmp(argv[1], "append")) return append(argv[2]);
+    if (argc >= 3 && !strcmp(argv[1], "bind")) return do_bind(atoi(argv[2]));
+    if (argc >= 2 && !strcmp(argv[1], "ifaces")) return ifaces();
     /* A real fault: the kernel's SIGSEGV ends even a pid namespace's init. */
     if (argc >= 2 && !strcmp(argv[1], "segv")) return *(volatile int *)0;
-    fprintf(stderr, "usage: probe status|lo|syscalls|connect IP PORT|udp IP PORT|write PATH|segv\n");
+    fprintf(stderr, "usage: probe status|lo|syscalls|connect IP PORT|udp IP PORT|write PATH|append PATH|bind PORT|ifaces|segv\n");
     return 2;
 }

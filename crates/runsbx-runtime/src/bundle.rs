@@ -175,6 +175,69 @@ impl Effective {
         serde_json::from_str(&fs::read_to_string(dir.join(REPORT_FILE)).ok()?).ok()
     }
 
+    /// Once the container's init exists (with its supplementary groups),
+    /// leaves them out of the effective config.json, which is the spec
+    /// libcontainer 0.7's exec reads. Its exec validates that spec as if it
+    /// were creating the container and, since runsbx's exec runs in the
+    /// sandbox's user namespace, refuses supplementary groups there (its
+    /// guard against CVE-2014-8989 for unprivileged callers). An exec'd
+    /// process takes its groups from its own process, never from the
+    /// init's, so nothing else changes.
+    pub fn without_init_groups(&self, spec: &Spec) -> Result<()> {
+        let has_groups = spec
+            .process()
+            .as_ref()
+            .and_then(|p| p.user().additional_gids().as_ref())
+            .is_some_and(|g| !g.is_empty());
+        if !has_groups {
+            return Ok(());
+        }
+        let mut spec = spec.clone();
+        if let Some(process) = spec.process_mut() {
+            let mut user = process.user().clone();
+            user.set_additional_gids(None);
+            process.set_user(user);
+        }
+        let path = self.dir.join("config.json");
+        let ctx = |what: &str| format!("rewrite {path:?} for exec: {what}");
+        let json = serde_json::to_vec(&spec)
+            .map_err(|e| RuntimeError::invalid(ctx("encode"), e.to_string()))?;
+        let tmp = self
+            .dir
+            .join(format!(".config.json.{}", std::process::id()));
+        fs::write(&tmp, json)
+            .and_then(|()| fs::rename(&tmp, &path))
+            .map_err(|e| {
+                let _ = fs::remove_file(&tmp);
+                RuntimeError::io(ctx("write"), e)
+            })
+    }
+
+    /// Adds `layer` to the attestation of the container whose effective
+    /// bundle is `dir`, in place of an earlier layer of the same name.
+    pub fn attest(dir: &Path, layer: &runsbx_policy::Layer) -> Result<()> {
+        let path = dir.join(REPORT_FILE);
+        let ctx = |what: &str| format!("record `{}` in {path:?}: {what}", layer.layer);
+        let mut report = Self::report(dir).unwrap_or_else(|| serde_json::json!({}));
+        let entry = serde_json::to_value(layer)
+            .map_err(|e| RuntimeError::invalid(ctx("encode"), e.to_string()))?;
+        match report["attestation"].as_array_mut() {
+            Some(layers) => {
+                layers.retain(|l| l["layer"] != entry["layer"]);
+                layers.push(entry);
+            }
+            None => report["attestation"] = serde_json::Value::Array(vec![entry]),
+        }
+        // Written aside and renamed: a reader never sees half a report.
+        let tmp = dir.join(format!(".{REPORT_FILE}.{}", std::process::id()));
+        fs::write(&tmp, report.to_string())
+            .and_then(|()| fs::rename(&tmp, &path))
+            .map_err(|e| {
+                let _ = fs::remove_file(&tmp);
+                RuntimeError::io(ctx("write"), e)
+            })
+    }
+
     /// The caller's bundle of the container whose effective bundle is `dir`.
     pub fn source_of(dir: &Path) -> PathBuf {
         fs::read(dir.join(SOURCE_FILE))

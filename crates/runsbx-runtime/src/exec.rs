@@ -47,11 +47,16 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
             op: "exec",
         });
     }
+    let init = crate::lifecycle::init_pid(&container)?;
+    // Whatever an engine did to the sandbox's network since the last
+    // process started, the new one gets only `lo`.
+    crate::lifecycle::recheck_network(&container, "exec")?;
     // Without cgroups, libcontainer's exec needs the same view as create.
-    let shadow = if host::can_manage_cgroups() {
+    // The shadow is never unmounted: this process's mount namespace is its
+    // own and ends with it (see the user namespace join below).
+    let _shadow = if host::can_manage_cgroups() {
         None
     } else {
-        let init = crate::lifecycle::init_pid(&container)?;
         let config = container
             .spec()
             .map_err(|e| op_err("read config of", id, e))?;
@@ -74,6 +79,25 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
             },
         ));
     }
+    // Ids from --user, --group and --additional-gids must be ones the
+    // sandbox maps, as the policy checks for a process.json.
+    if opts.user.is_some() || opts.group.is_some() || !opts.additional_gids.is_empty() {
+        let mut process = effective.spec.process().clone().unwrap_or_default();
+        let mut user = process.user().clone();
+        if let Some(uid) = opts.user {
+            user.set_uid(uid);
+        }
+        if let Some(gid) = opts.group {
+            user.set_gid(gid);
+        }
+        if !opts.additional_gids.is_empty() {
+            user.set_additional_gids(Some(opts.additional_gids.clone()));
+        }
+        process.set_user(user);
+        let host = crate::policy::host_facts(None);
+        runsbx_policy::harden_exec(&effective.spec, process, &profile, &host)
+            .map_err(crate::error::RuntimeError::Policy)?;
+    }
     let process_file = match &opts.process {
         Some(path) => Some(harden_process_file(
             path,
@@ -83,6 +107,9 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
         )?),
         None => None,
     };
+    // Last: once in the sandbox's user namespace, runsbx has no privilege
+    // over the host's mounts, only over the sandbox's namespaces.
+    join_user_namespace_of(init)?;
     let pid = ContainerBuilder::new(id.to_owned(), SyscallType::default())
         .with_executor(guard)
         .with_root_path(root.path())
@@ -113,9 +140,6 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
         let _ = std::fs::remove_file(f);
     }
     let pid = pid?;
-    if let Some(shadow) = shadow {
-        shadow.leave()?;
-    }
     drop(lock);
     if opts.detach {
         return Ok(0);
@@ -123,6 +147,33 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
     // Blocking after the process exists is safe: `wait_forwarding` reaps
     // before it first waits for a signal.
     SignalGuard::block_all()?.wait_forwarding(pid)
+}
+
+/// Moves this process into the user namespace of the container's `init`,
+/// so that the process libcontainer clones from it for the exec starts
+/// there, as the init did: its ids are the sandbox's mapping (the sandbox's
+/// own host range as root, never host root), and its capabilities, even
+/// before libcontainer drops them, reach only the sandbox's namespaces.
+/// libcontainer 0.7's tenant builder joins every namespace of the init but
+/// this one, and joining it must come first.
+///
+/// runsbx keeps its host credentials (its files and the state root stay
+/// reachable as their owner) but loses its capabilities over the host, so
+/// this comes after everything that needs them.
+fn join_user_namespace_of(init: nix::unistd::Pid) -> Result<()> {
+    use nix::sched::{setns, CloneFlags};
+    let pidfd = crate::procs::pidfd_open(init)?;
+    setns(&pidfd, CloneFlags::CLONE_NEWUSER).map_err(|e| match e {
+        // The kernel's answer for joining the user namespace one is in.
+        nix::Error::EINVAL => crate::error::RuntimeError::invalid(
+            format!("exec into the container of pid {init}"),
+            "its init is in runsbx's own user namespace, not a sandbox's; refusing to exec",
+        ),
+        e => crate::error::RuntimeError::sys(
+            format!("exec: join the user namespace of the container's init (pid {init})"),
+            e,
+        ),
+    })
 }
 
 /// The process.json given to `exec --process`, hardened, written next to

@@ -21,10 +21,12 @@ pub mod policy;
 mod procs;
 pub mod query;
 pub mod root;
+mod rtnl;
 pub mod signal;
 pub mod spec;
 mod stage;
 mod supervise;
+pub mod supervisor;
 pub mod update;
 
 pub use error::{exit, Result, RuntimeError};

@@ -14,7 +14,7 @@ use nix::unistd::Pid;
 use crate::error::{Result, RuntimeError};
 use crate::policy::{self, Policy};
 use crate::root::{IdLock, StateRoot};
-use crate::{bundle, cgroupless, egress, host, netns, procs, stage, supervise};
+use crate::{bundle, cgroupless, egress, host, netns, procs, stage, supervise, supervisor};
 
 /// What `create` and `run` are given besides the id.
 #[derive(Debug, Clone, Default)]
@@ -44,7 +44,52 @@ pub fn start(root: &StateRoot, id: &str) -> Result<()> {
     if !container.can_start() {
         return Err(wrong_state(&container, "start"));
     }
+    recheck_network(&container, "start")?;
     container.start().map_err(|e| op_err("start", id, e))
+}
+
+/// Holds the sandbox's network namespace to runsbx's promise right before
+/// a process runs in it (`when`: start, exec): whatever an engine moved in
+/// or configured after `create`, only `lo` is left (see netns.rs), and the
+/// attestation says the check ran and what it removed. Sandboxes whose
+/// network the profile let them join (not loopback-only) are left alone.
+pub(crate) fn recheck_network(container: &Container, when: &str) -> Result<()> {
+    let dir = container.bundle();
+    let promised = bundle::Effective::report(dir).is_some_and(|r| {
+        r["attestation"].as_array().is_some_and(|layers| {
+            layers
+                .iter()
+                .any(|l| l["layer"] == "network_loopback_only" && l["in_force"] == true)
+        })
+    });
+    if !promised {
+        return Ok(());
+    }
+    let spec = bundle::load(dir)?.spec;
+    let removed = netns::hold_to_loopback(init_pid(container)?, has_userns(&spec))?;
+    let detail = if removed.is_empty() {
+        format!("checked at {when}: only lo")
+    } else {
+        tracing::warn!(
+            id = container.id(),
+            "removed from the sandbox's network before {when}: {}; engine networking and \
+             published ports are not available in a runsbx sandbox (its network is its own \
+             loopback, egress only through runsbx's proxy)",
+            removed.join(", ")
+        );
+        format!(
+            "checked at {when}: only lo, after runsbx removed {}",
+            removed.join(", ")
+        )
+    };
+    bundle::Effective::attest(
+        dir,
+        &runsbx_policy::Layer {
+            layer: "network_rechecked",
+            in_force: true,
+            detail,
+        },
+    )
 }
 
 /// Creates and starts container `id`. Detached, returns 0 once it runs;
@@ -68,9 +113,11 @@ pub fn run(
     let guard = (!detach)
         .then(supervise::SignalGuard::block_all)
         .transpose()?;
-    if let Err(e) = container.start() {
+    if let Err(e) = recheck_network(&container, "start")
+        .and_then(|()| container.start().map_err(|e| op_err("start", id, e)))
+    {
         let _ = destroy(root, &mut container);
-        return Err(op_err("start", id, e));
+        return Err(e);
     }
     let Some(guard) = guard else {
         return Ok(0);
@@ -79,6 +126,11 @@ pub fn run(
     // and `exec` on it must work meanwhile.
     drop(lock);
     let status = guard.wait_forwarding(pid);
+    // Ended by its deadline: the code `runsbx call` gives a timeout.
+    let status = match supervisor::ended(root, id).as_deref() {
+        Some(supervisor::TIMED_OUT) => Ok(crate::call::exit::TIMED_OUT),
+        _ => status,
+    };
     if !keep {
         let _lock = root.lock(id)?;
         if let Ok(mut container) = load(root, id) {
@@ -293,6 +345,8 @@ fn build_from(
         Some(range)
     };
     let workspace = call.as_ref().and_then(|c| c.workspace);
+    // A call supervises its own sandbox (proxy, deadline).
+    let for_call = call.is_some();
     let pod_join = pod.as_ref().map(|p| p.join.clone());
     let mut input = bundle::absolutize(source);
     // Egress from the profile (a call brings its own proxy).
@@ -304,6 +358,13 @@ fn build_from(
         egress::add_proxy_env(&mut input);
     }
     let hardened = policy::apply(policy, input, range, workspace, pod_join)?;
+    let deadline = hardened.deadline.filter(|_| !for_call);
+    // Said once, when the sandbox is made (not at each start or exec).
+    for change in &hardened.changes {
+        if change.field == "linux.namespaces.network" {
+            tracing::warn!(id, "{}", change.reason);
+        }
+    }
     let report = serde_json::json!({
         "changes": hardened.changes,
         "attestation": hardened.attestation,
@@ -354,12 +415,18 @@ fn build_from(
     if let Some(shadow) = shadow {
         shadow.leave()?;
     }
+    effective.without_init_groups(&spec)?;
+    let init = init_pid(&container)?;
+    let mut proxy = None;
     if new_netns {
-        netns::loopback_up(init_pid(&container)?, own_userns)?;
-        // The supervisor goes with the container's init; a pod's other
-        // containers share this one's network namespace and its proxy.
+        netns::loopback_up(init, own_userns)?;
+        // A pod's other containers share this one's network namespace and
+        // its proxy.
         if let Some(config) = egress {
-            egress::supervise(init_pid(&container)?, own_userns, config)?;
+            proxy = Some((
+                netns::listen_in(init, own_userns, egress::PROXY_PORT)?,
+                config,
+            ));
         }
     }
     // Inside runsbx's own user namespace the creator looks like root.
@@ -367,6 +434,8 @@ fn build_from(
     container
         .save()
         .map_err(|e| op_err("save state of", id, e))?;
+    // Last, so that at its deadline the supervisor finds the saved state.
+    supervisor::spawn(root, id, init, supervisor::Duties { proxy, deadline })?;
     Ok(container)
 }
 

@@ -6,6 +6,7 @@
 //! are the ones whose pid namespace is the init process's.
 
 use std::fs;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
@@ -90,4 +91,19 @@ fn alive(pid: Pid) -> bool {
         },
         Err(_) => false,
     }
+}
+
+/// A pidfd for `pid`: it keeps naming that process even if the pid is
+/// reused, and `setns` accepts it for the process's namespaces.
+pub(crate) fn pidfd_open(pid: Pid) -> Result<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
+    if fd < 0 {
+        return Err(RuntimeError::sys(
+            format!("pidfd_open({pid})"),
+            nix::Error::last(),
+        ));
+    }
+    // SAFETY: the kernel just returned this fd to us.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }

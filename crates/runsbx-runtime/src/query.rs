@@ -57,7 +57,14 @@ impl OciState {
                 .creator()
                 .map(|c| c.to_string_lossy().into_owned())
                 .unwrap_or_default(),
-            annotations: container.state.annotations.clone().unwrap_or_default(),
+            annotations: {
+                let mut a = container.state.annotations.clone().unwrap_or_default();
+                // Why it stopped, when runsbx ended it (its deadline).
+                if let Some(why) = crate::supervisor::ended_in(&container.root) {
+                    a.insert(crate::supervisor::ENDED_ANNOTATION.to_owned(), why);
+                }
+                a
+            },
         }
     }
 }

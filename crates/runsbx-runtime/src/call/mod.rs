@@ -437,9 +437,6 @@ fn run(
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .ok_or_else(|| RuntimeError::invalid("the effective bundle", "config.json unreadable"))?;
-    if let Some(report) = bundle::Effective::report(&effective) {
-        result.attestation = report["attestation"].clone();
-    }
     result.limits.memory_bytes = memory_limit(&config);
     result.limits.pids = config
         .linux()
@@ -480,9 +477,13 @@ fn run(
         }
         None => None,
     };
+    lifecycle::recheck_network(&container, "start")?;
     container
         .start()
         .map_err(|e| lifecycle::op_err("start", id, e))?;
+    if let Some(report) = bundle::Effective::report(&effective) {
+        result.attestation = report["attestation"].clone();
+    }
     let live = |to_stderr: bool| -> Option<Box<dyn Write>> {
         req.live.then(|| -> Box<dyn Write> {
             if to_stderr {
@@ -837,29 +838,8 @@ pub fn parse_env(arg: &str) -> Result<(String, String)> {
 
 /// Parses a duration: `30s`, `1.5s`, `500ms`, `2m`, `1h`, or plain seconds.
 pub fn parse_duration(text: &str) -> Result<Duration> {
-    let bad = || {
-        RuntimeError::invalid(
-            format!("duration {text:?}"),
-            "use a positive number with ms, s, m or h (e.g. 30s, 500ms, 2m)",
-        )
-    };
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| bad())?;
-    let secs = match unit {
-        "ms" => n / 1000.0,
-        "" | "s" => n,
-        "m" => n * 60.0,
-        "h" => n * 3600.0,
-        _ => return Err(bad()),
-    };
-    if !secs.is_finite() || secs <= 0.0 || secs > 7.0 * 24.0 * 3600.0 {
-        return Err(bad());
-    }
-    Ok(Duration::from_secs_f64(secs))
+    runsbx_policy::profile::parse_duration(text)
+        .map_err(|reason| RuntimeError::invalid(format!("duration {text:?}"), reason))
 }
 
 /// Checks that the command exists in the image and can be executed,
@@ -946,6 +926,12 @@ fn call_spec(rootfs: &Path, req: &CallRequest, env: Vec<String>) -> Result<Spec>
     if let Some(p) = &req.profile {
         annotations.insert(runsbx_policy::annotations::PROFILE.to_owned(), p.clone());
     }
+    // The policy holds the call's deadline to the profile's and attests it;
+    // the call enforces it itself.
+    annotations.insert(
+        runsbx_policy::annotations::TIMEOUT.to_owned(),
+        format!("{}ms", req.timeout.as_millis()),
+    );
     spec.set_annotations(Some(annotations));
     Ok(spec)
 }
