@@ -227,6 +227,205 @@ fn podman_runs_runsbx(fx: Fixture) {
 }
 as_root_and_rootless!(podman_runs_runsbx: podman_as_root, podman_rootless);
 
+/// `podman exec` is held to the sandbox: the init's user namespace and
+/// host uid (never host root), no capabilities, seccomp, only lo.
+fn podman_exec_is_held_to_the_sandbox(fx: Fixture) {
+    if !support::have("podman") {
+        skip!("podman is not installed (apt-get install podman)");
+    }
+    let podman = Podman::new(&fx);
+    podman.import_busybox();
+    let canary = support::Canary::start();
+    let bin = support::bin();
+    let rt = ["--runtime", bin.to_str().unwrap()];
+    podman
+        .run(
+            &[
+                &rt[..],
+                &[
+                    "run",
+                    "-d",
+                    "--name",
+                    "entered",
+                    "--network",
+                    "none",
+                    "localhost/runsbx-busybox:test",
+                    "sh",
+                    "-c",
+                    support::ENTERED_INIT,
+                ],
+            ]
+            .concat(),
+        )
+        .ok();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while podman
+        .run(&[&rt[..], &["exec", "entered", "cat", "/tmp/init-map"]].concat())
+        .code
+        != 0
+    {
+        assert!(Instant::now() < deadline, "the init never got ready");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = podman.run(
+        &[
+            &rt[..],
+            &["exec", "entered", "sh", "-c", support::ENTERED_PROBE],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    support::assert_entered(&out, &canary);
+
+    let init: i32 = podman
+        .run(&["inspect", "--format", "{{.State.Pid}}", "entered"])
+        .ok()
+        .stdout
+        .trim()
+        .parse()
+        .unwrap();
+    let mark = support::unique_mark();
+    podman
+        .run(&[&rt[..], &["exec", "-d", "entered", "sleep", &mark]].concat())
+        .ok();
+    let (uid, cgroups) = support::host_view(support::pid_of_sleep(&mark));
+    let (init_uid, init_cgroups) = support::host_view(init);
+    assert_eq!((uid, cgroups), (init_uid, init_cgroups));
+    assert_ne!(uid, 0, "podman exec runs as host root");
+    if let Who::User(u) = &fx.who {
+        assert_eq!(uid, u.uid);
+    }
+    podman.run(&["rm", "-f", "entered"]).ok();
+}
+as_root_and_rootless!(podman_exec_is_held_to_the_sandbox: podman_exec_as_root, podman_exec_rootless);
+
+/// podman as a new user runs it as root, with its own default network
+/// (a CNI bridge in a namespace at /run/netns/…): the sandbox gets its own
+/// loopback instead, and `runsbx harden` of podman's spec says so. With
+/// `--uidmap` podman wires its bridge in after create; start removes it.
+/// A `runsbx.timeout` annotation ends the container.
+#[test]
+fn podman_default_network_and_deadline() {
+    if !support::is_root() {
+        skip!("podman_default_network_and_deadline: podman's default bridge network needs root");
+    }
+    if !support::have("podman") {
+        skip!("podman is not installed (apt-get install podman)");
+    }
+    let fx = Fixture::new(Who::Root);
+    let podman = Podman::new(&fx);
+    podman.import_busybox();
+    let bin = support::bin();
+    let rt = ["--runtime", bin.to_str().unwrap()];
+    let image = "localhost/runsbx-busybox:test";
+
+    let out = podman.run(
+        &[
+            &rt[..],
+            &["run", "--rm", image, "sh", "-c", "echo hi; probe ifaces"],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout, "hi\nif lo\naddr lo 127.0.0.1\n", "{out:?}");
+
+    podman
+        .run(&[&rt[..], &["create", "--name", "cr", image, "true"]].concat())
+        .ok();
+    podman.run(&[&rt[..], &["init", "cr"]].concat()).ok();
+    let dir = podman
+        .run(&["inspect", "--format", "{{.StaticDir}}", "cr"])
+        .ok()
+        .stdout
+        .trim()
+        .to_owned();
+    let config = fs::read_to_string(Path::new(&dir).join("config.json")).unwrap();
+    assert!(
+        config.contains("\"/run/netns/"),
+        "podman's spec has no netns path: {config}"
+    );
+    let out = support::output_via_files(Command::new(&bin).args(["harden", "--bundle", &dir]));
+    assert_eq!(out.code, 0, "{out:?}");
+    let changes = out.json()["changes"].clone();
+    assert!(
+        changes
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["field"] == "linux.namespaces.network"
+                && c["reason"].as_str().unwrap().contains("/run/netns/")),
+        "{changes}"
+    );
+    podman.run(&["rm", "-f", "cr"]).ok();
+
+    let out = podman.run(
+        &[
+            &rt[..],
+            &[
+                "run",
+                "--rm",
+                "--uidmap",
+                "0:400000:65536",
+                "--gidmap",
+                "0:400000:65536",
+                image,
+                "sh",
+                "-c",
+                "probe ifaces; probe connect 10.88.0.1 9; true",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(
+        out.stdout, "if lo\naddr lo 127.0.0.1\nconnect ENETUNREACH\n",
+        "{out:?}"
+    );
+
+    // The deadline: the engine reaps a sandbox killed with SIGKILL (137).
+    let started = Instant::now();
+    let out = podman.run(
+        &[
+            &rt[..],
+            &[
+                "run",
+                "--rm",
+                "--annotation",
+                "runsbx.timeout=2s",
+                image,
+                "sh",
+                "-c",
+                "while :; do :; done",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.code, 137, "{out:?}");
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "ended before its deadline"
+    );
+    let out = podman.run(
+        &[
+            &rt[..],
+            &[
+                "run",
+                "--rm",
+                "--annotation",
+                "runsbx.timeout=forever",
+                image,
+                "true",
+            ],
+        ]
+        .concat(),
+    );
+    assert_ne!(out.code, 0, "{out:?}");
+    assert!(
+        out.stderr.contains("runsbx.timeout") && out.stderr.contains("is not a duration"),
+        "{out:?}"
+    );
+}
+
 /// A containerd of the test's own: root, state, socket and config in a
 /// temporary directory; killed when dropped.
 struct Containerd {
@@ -356,6 +555,83 @@ fn containerd_runs_runsbx() {
     ]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(out.stdout, "Seccomp:\t2\n");
+    // ctr task exec is held to the sandbox as the task's init is.
+    let canary = support::Canary::start();
+    ctd.ctr(&[
+        "run",
+        "-d",
+        "--runc-binary",
+        bin.to_str().unwrap(),
+        "localhost/runsbx-busybox:test",
+        "t3",
+        "sh",
+        "-c",
+        support::ENTERED_INIT,
+    ])
+    .ok();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut n = 0;
+    while ctd
+        .ctr(&[
+            "task",
+            "exec",
+            "--exec-id",
+            &format!("w{n}"),
+            "t3",
+            "cat",
+            "/tmp/init-map",
+        ])
+        .code
+        != 0
+    {
+        assert!(Instant::now() < deadline, "the init never got ready");
+        std::thread::sleep(Duration::from_millis(20));
+        n += 1;
+    }
+    let out = ctd.ctr(&[
+        "task",
+        "exec",
+        "--exec-id",
+        "probe",
+        "t3",
+        "sh",
+        "-c",
+        support::ENTERED_PROBE,
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    support::assert_entered(&out, &canary);
+    let mark = support::unique_mark();
+    ctd.ctr(&[
+        "task",
+        "exec",
+        "-d",
+        "--exec-id",
+        "bg",
+        "t3",
+        "sleep",
+        &mark,
+    ])
+    .ok();
+    let (uid, cgroups) = support::host_view(support::pid_of_sleep(&mark));
+    let tasks = ctd.ctr(&["tasks", "ls"]).ok();
+    let init: i32 = tasks
+        .stdout
+        .lines()
+        .find_map(|l| {
+            let mut cols = l.split_whitespace();
+            (cols.next() == Some("t3")).then(|| cols.next()?.parse().ok())?
+        })
+        .unwrap_or_else(|| panic!("no t3 task: {tasks:?}"));
+    assert_eq!((uid, cgroups), support::host_view(init));
+    assert_ne!(uid, 0, "ctr task exec runs as host root");
+    ctd.ctr(&["task", "kill", "-s", "SIGKILL", "t3"]).ok();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while ctd.ctr(&["task", "delete", "t3"]).code != 0 {
+        assert!(Instant::now() < deadline, "task t3 did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    ctd.ctr(&["containers", "delete", "t3"]).ok();
+
     let tasks = ctd.ctr(&["tasks", "ls", "-q"]).ok();
     assert_eq!(tasks.stdout, "", "tasks left behind");
     let containers = ctd.ctr(&["containers", "ls", "-q"]).ok();

@@ -10,6 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+// What every way into a sandbox is checked against; shared with the
+// integration tests of crates/runsbx.
+#[path = "../../entered.rs"]
+pub mod entered;
+
 /// Skips the test with a loud `SKIP <reason>`; under CI (CI=true) a skip
 /// is a failure, since CI installs everything the tests need.
 #[macro_export]

@@ -15,7 +15,7 @@ use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::*;
 use runsbx_engine_tests::{
-    busybox_rootfs, docker_archive, have, is_root, pause_rootfs, run_ok, skip, Daemon,
+    busybox_rootfs, docker_archive, entered, have, is_root, pause_rootfs, run_ok, skip, Daemon,
 };
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -344,6 +344,63 @@ fn cri_runs_pods_on_runsbx() {
             "{exec:?}"
         );
 
+        // ExecSync is held to the sandbox as the container's init is: its
+        // user namespace and host uid (never host root), no capabilities,
+        // seccomp, only lo.
+        let canary = entered::Canary::start();
+        let entered_id = cri
+            .create_container(create(
+                "entered",
+                container_config("entered", &["sh", "-c", entered::ENTERED_INIT]),
+            ))
+            .await
+            .unwrap_or_else(|e| panic!("CreateContainer (entered): {e}\n{}", d.log_text()))
+            .into_inner()
+            .container_id;
+        cri.start_container(StartContainerRequest {
+            container_id: entered_id.clone(),
+        })
+        .await
+        .unwrap();
+        let exec_sync = |cmd: &str| ExecSyncRequest {
+            container_id: entered_id.clone(),
+            cmd: vec!["sh".into(), "-c".into(), cmd.into()],
+            timeout: 10,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while cri
+            .exec_sync(exec_sync("cat /tmp/init-map"))
+            .await
+            .unwrap()
+            .into_inner()
+            .exit_code
+            != 0
+        {
+            assert!(Instant::now() < deadline, "the init never got ready");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let exec = cri
+            .exec_sync(exec_sync(entered::ENTERED_PROBE))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(exec.exit_code, 0, "{exec:?}");
+        entered::assert_entered_output(&String::from_utf8_lossy(&exec.stdout), &canary);
+        let mark = entered::unique_mark();
+        cri.exec_sync(exec_sync(&format!("sleep {mark} >/dev/null 2>&1 &")))
+            .await
+            .unwrap();
+        let (uid, cgroups) = entered::host_view(entered::pid_of_sleep(&mark));
+        let init = container_pid(&mut cri, &entered_id).await;
+        assert_eq!((uid, cgroups), entered::host_view(init as i32));
+        assert_ne!(uid, 0, "ExecSync runs as host root");
+        cri.stop_container(StopContainerRequest {
+            container_id: entered_id.clone(),
+            timeout: 0,
+        })
+        .await
+        .unwrap();
+
         // The pod's containers share its loopback; the node's is not
         // there; the hardening holds in the pod.
         let exec = cri
@@ -399,19 +456,7 @@ fn cri_runs_pods_on_runsbx() {
         assert!(text.contains(" stdout F connect ok"), "client log: {text}");
 
         // The server's limits, where this host has the controllers.
-        let status = cri
-            .container_status(ContainerStatusRequest {
-                container_id: server.clone(),
-                verbose: true,
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let info: serde_json::Value =
-            serde_json::from_str(status.info.get("info").map(String::as_str).unwrap_or("{}"))
-                .unwrap();
-        let pid = info["pid"].as_i64().unwrap_or(0);
-        assert!(pid > 0, "no pid in {info}");
+        let pid = container_pid(&mut cri, &server).await;
         check_limits(pid);
 
         // StopContainer: SIGTERM first (sleep as pid 1 ignores it: the
@@ -455,6 +500,23 @@ fn cri_runs_pods_on_runsbx() {
         .filter(|(_, c)| !c.contains("containerd-shim"))
         .collect();
     assert!(strays.is_empty(), "processes left: {strays:?}");
+}
+
+/// The host pid of a container's init, from its verbose CRI status.
+async fn container_pid(cri: &mut RuntimeServiceClient<Channel>, id: &str) -> i64 {
+    let status = cri
+        .container_status(ContainerStatusRequest {
+            container_id: id.to_owned(),
+            verbose: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let info: serde_json::Value =
+        serde_json::from_str(status.info.get("info").map(String::as_str).unwrap_or("{}")).unwrap();
+    let pid = info["pid"].as_i64().unwrap_or(0);
+    assert!(pid > 0, "no pid in {info}");
+    pid
 }
 
 /// The container's cgroup v1 memory and cpu limits (96 MiB; 50 ms per

@@ -6,7 +6,7 @@ use std::fs;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use runsbx_engine_tests::{busybox_rootfs, docker_archive, have, is_root, skip, Daemon};
+use runsbx_engine_tests::{busybox_rootfs, docker_archive, entered, have, is_root, skip, Daemon};
 
 const IMAGE: &str = "localhost/runsbx-busybox:test";
 
@@ -129,6 +129,45 @@ fn docker_runs_runsbx() {
         ],
     );
     let id = id.trim();
+    // docker exec is held to the sandbox as the container's init is.
+    let canary = entered::Canary::start();
+    let held = docker_ok(
+        &d,
+        &[
+            "run",
+            "-d",
+            "--runtime",
+            "runsbx",
+            "--network",
+            "none",
+            IMAGE,
+            "sh",
+            "-c",
+            entered::ENTERED_INIT,
+        ],
+    );
+    let held = held.trim();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while docker(&d, &["exec", held, "cat", "/tmp/init-map"]).0 != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the init never got ready"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = docker_ok(&d, &["exec", held, "sh", "-c", entered::ENTERED_PROBE]);
+    entered::assert_entered_output(&out, &canary);
+    let mark = entered::unique_mark();
+    docker_ok(&d, &["exec", "-d", held, "sleep", &mark]);
+    let (uid, cgroups) = entered::host_view(entered::pid_of_sleep(&mark));
+    let init: i32 = docker_ok(&d, &["inspect", "-f", "{{.State.Pid}}", held])
+        .trim()
+        .parse()
+        .unwrap();
+    assert_eq!((uid, cgroups), entered::host_view(init));
+    assert_ne!(uid, 0, "docker exec runs as host root");
+    docker_ok(&d, &["rm", "-f", held]);
+
     let (code, out, err) = docker(&d, &["exec", id, "sh", "-c", "echo in-exec; exit 3"]);
     assert_eq!((code, out.as_str()), (3, "in-exec\n"), "{err}");
     let out = docker_ok(&d, &["exec", id, "probe", "status"]);

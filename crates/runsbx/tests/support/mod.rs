@@ -492,100 +492,22 @@ macro_rules! as_root_and_rootless {
     };
 }
 
-/// The init of a sandbox that other processes enter later: it records its
-/// own uid_map and makes a file, then waits.
-pub const ENTERED_INIT: &str =
-    "cat /proc/self/uid_map > /tmp/init-map; echo init > /tmp/by-init; exec sleep 1000";
+// What every way into a sandbox is checked against; shared with the
+// engine tests of tests/cri.
+#[path = "../../../../tests/entered.rs"]
+mod entered;
+#[allow(unused_imports)] // each test binary uses its own part of it
+pub use entered::{
+    assert_entered_output, host_view, pid_of_sleep, unique_mark, Canary, ENTERED_INIT,
+    ENTERED_PROBE,
+};
 
-/// What a process that entered a sandbox whose init ran [`ENTERED_INIT`]
-/// reports; [`assert_entered`] reads it.
-pub const ENTERED_PROBE: &str = "echo self $(cat /proc/self/uid_map); \
-     echo init $(cat /tmp/init-map); probe status; probe bind 80; \
-     probe syscalls | grep socket_raw_inet; probe append /tmp/by-init; probe ifaces; \
-     echo procs $(cat /proc/[0-9]*/cmdline | tr '\\0' ' ')";
-
-/// A host process whose command line the sandbox must never see; killed
-/// when dropped.
-pub struct Canary {
-    child: std::process::Child,
-    pub mark: String,
-}
-
-impl Canary {
-    pub fn start() -> Self {
-        let mark = format!("{}", 8_000_000 + std::process::id() % 1_000_000);
-        let child = spawn(Command::new("sleep").arg(&mark));
-        Self { child, mark }
-    }
-}
-
-impl Drop for Canary {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Asserts that the process that printed [`ENTERED_PROBE`] was held to the
-/// sandbox as its init is: the init's uid_map (so its user namespace), no
-/// capabilities, no_new_privs, seccomp, no port below 1024 and no raw
-/// socket, write access to the init's files, only `lo`, and none of the
-/// host's processes (`canary`).
+/// [`assert_entered_output`] of a runsbx command's output; under runsbx's
+/// own specs and podman's and containerd's, no port below 1024 either.
 pub fn assert_entered(out: &Out, canary: &Canary) {
-    let line = |prefix: &str| {
-        out.stdout
-            .lines()
-            .find_map(|l| l.strip_prefix(prefix))
-            .unwrap_or_else(|| panic!("no {prefix:?} line: {out:?}"))
-            .to_owned()
-    };
-    let (own, init) = (line("self "), line("init "));
-    assert_eq!(own, init, "uid_map differs from the init's: {out:?}");
-    assert_ne!(
-        own, "0 0 4294967295",
-        "in the host's user namespace: {out:?}"
-    );
-    for want in [
-        "CapEff:\t0000000000000000",
-        "CapBnd:\t0000000000000000",
-        "CapPrm:\t0000000000000000",
-        "NoNewPrivs:\t1",
-        "Seccomp:\t2",
-        "bind EACCES",
-        "socket_raw_inet EPERM",
-        "append ok",
-    ] {
-        assert!(
-            out.stdout.lines().any(|l| l == want),
-            "{want:?} missing: {out:?}"
-        );
-    }
-    let ifaces: Vec<&str> = out
-        .stdout
-        .lines()
-        .filter(|l| l.starts_with("if ") || l.starts_with("addr "))
-        .collect();
-    assert_eq!(ifaces, ["if lo", "addr lo 127.0.0.1"], "{out:?}");
-    let procs = line("procs ");
+    assert_entered_output(&out.stdout, canary);
     assert!(
-        procs.contains("sleep 1000"),
-        "the init is not visible: {out:?}"
+        out.stdout.lines().any(|l| l == "bind EACCES"),
+        "a port below 1024 was bound: {out:?}"
     );
-    assert!(
-        !procs.contains(&canary.mark),
-        "a host process is visible: {out:?}"
-    );
-}
-
-/// The real uid and the cgroups of host process `pid`.
-pub fn host_view(pid: i32) -> (u32, String) {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let uid = status
-        .lines()
-        .find_map(|l| l.strip_prefix("Uid:"))
-        .and_then(|l| l.split_whitespace().next())
-        .and_then(|u| u.parse().ok())
-        .unwrap();
-    let cgroup = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-    (uid, cgroup)
 }
