@@ -74,6 +74,61 @@ pub fn load(dir: &Path) -> Result<Bundle> {
     Ok(Bundle { dir, spec, rootfs })
 }
 
+/// Refuses a root filesystem that is not a directory of its own: the
+/// host's `/`, or a directory that holds runsbx's own state, stage, claims
+/// or data, or the caller's home (a sandbox would see them, and runsbx
+/// would create its mount points in them). `rootfs` is resolved first, so
+/// a symlink to `/` is refused too. `what` names the input (`root.path`,
+/// `--rootfs`).
+pub fn check_rootfs(what: &str, rootfs: &Path, state_root: &Path) -> Result<()> {
+    let resolved = fs::canonicalize(rootfs)
+        .map_err(|e| RuntimeError::invalid(format!("{what} {rootfs:?}"), e.to_string()))?;
+    let refuse = |reason: String| {
+        RuntimeError::invalid(
+            format!("{what} {rootfs:?}"),
+            format!("{reason}; give a directory that holds only the image's root filesystem"),
+        )
+    };
+    if resolved == Path::new("/") {
+        return Err(refuse("is the host's root directory".to_owned()));
+    }
+    // The caller's home first: it may hold runsbx's own directories too,
+    // and is the clearer reason.
+    let mut protected: Vec<(PathBuf, &str)> = Vec::new();
+    let caller = nix::unistd::Uid::from_raw(crate::host::caller_uid());
+    if let Ok(Some(user)) = nix::unistd::User::from_uid(caller) {
+        protected.push((user.dir, "the caller's home"));
+    }
+    protected.extend([
+        (state_root.to_path_buf(), "runsbx's state"),
+        (crate::root::default_root(), "runsbx's state"),
+        (PathBuf::from(crate::policy::ID_DIR), "runsbx's id ranges"),
+        (
+            PathBuf::from(crate::cgroup_claim::CLAIM_DIR),
+            "runsbx's cgroup claims",
+        ),
+        (
+            PathBuf::from(crate::stage::STAGE_ROOT),
+            "runsbx's staged root filesystems",
+        ),
+        (
+            PathBuf::from(crate::image::SYSTEM_DATA_DIR),
+            "runsbx's images",
+        ),
+    ]);
+    if let Ok(dir) = crate::image::default_data_dir() {
+        protected.push((dir, "runsbx's images"));
+    }
+    for (dir, whose) in protected {
+        // Resolved like the rootfs, so that a symlinked path compares.
+        let dir = fs::canonicalize(&dir).unwrap_or(dir);
+        if dir.starts_with(&resolved) {
+            return Err(refuse(format!("holds {dir:?} ({whose})")));
+        }
+    }
+    Ok(())
+}
+
 /// Where the config.json that libcontainer actually reads is kept, for the
 /// life of the container: `<state root>/@bundles/<id>/`. runsbx never hands
 /// libcontainer the caller's bundle; it writes the spec it decided on here
@@ -91,6 +146,8 @@ const SOURCE_FILE: &str = "source-bundle";
 const REPORT_FILE: &str = "hardening.json";
 /// The id-range slot held, as root.
 const SLOT_FILE: &str = "id-slot";
+/// The cgroup path claimed, as root (see cgroup_claim.rs).
+const CGROUP_FILE: &str = "cgroup";
 
 /// The bundle's spec with every path made absolute: the rootfs, and bind
 /// sources given relative to the bundle (as the runtime spec allows).
@@ -151,14 +208,44 @@ impl Effective {
     /// Records the id-range slot container `id` holds (as root), before
     /// anything else is written, so that a failed create can release it.
     pub fn record_slot(root: &crate::root::StateRoot, id: &str, slot: u32) -> Result<()> {
+        Self::record(root, id, SLOT_FILE, slot.to_string().as_bytes(), "id range")
+    }
+
+    /// Records the cgroup path container `id` is about to claim (as root),
+    /// so that whatever stops the create can release the claim.
+    pub fn record_cgroup(root: &crate::root::StateRoot, id: &str, cgroup: &Path) -> Result<()> {
+        Self::record(
+            root,
+            id,
+            CGROUP_FILE,
+            cgroup.as_os_str().as_encoded_bytes(),
+            "cgroup",
+        )
+    }
+
+    /// The cgroup path container `id` claimed, if any.
+    pub fn cgroup(root: &crate::root::StateRoot, id: &str) -> Option<PathBuf> {
+        let bytes = fs::read(Self::path(root, id).join(CGROUP_FILE)).ok()?;
+        Some(PathBuf::from(
+            <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(bytes),
+        ))
+    }
+
+    fn record(
+        root: &crate::root::StateRoot,
+        id: &str,
+        file: &str,
+        content: &[u8],
+        what: &str,
+    ) -> Result<()> {
         use std::os::unix::fs::DirBuilderExt;
         let dir = Self::path(root, id);
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&dir)
-            .and_then(|()| fs::write(dir.join(SLOT_FILE), slot.to_string()))
-            .map_err(|e| RuntimeError::io(format!("record the id range of `{id}` in {dir:?}"), e))
+            .and_then(|()| fs::write(dir.join(file), content))
+            .map_err(|e| RuntimeError::io(format!("record the {what} of `{id}` in {dir:?}"), e))
     }
 
     /// The id-range slot container `id` holds, if any.

@@ -21,7 +21,7 @@
 
 use std::fs;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Component, Path};
 
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use nix::sched::{setns, unshare, CloneFlags};
@@ -131,8 +131,7 @@ pub(crate) fn private_mount_namespace() -> nix::Result<()> {
 
 fn shadow(cgroup_path: &Path) -> Result<Shadow> {
     let ctx = |step: &str| format!("hide cgroups for a rootless container: {step}");
-    let v1_mounts =
-        cgroup_v1_mount_points().map_err(|e| RuntimeError::io(ctx("read mountinfo"), e))?;
+    let v1_mounts = crate::mountinfo::mount_points_of(&["cgroup"])?;
     let cpuset = read_trimmed("/sys/fs/cgroup/cpuset/cpuset.cpus");
     let mems = read_trimmed("/sys/fs/cgroup/cpuset/cpuset.mems");
     private_mount_namespace()
@@ -173,19 +172,6 @@ fn shadow(cgroup_path: &Path) -> Result<Shadow> {
             .map_err(|e| RuntimeError::io(ctx(&format!("populate {dir:?}")), e))?;
     }
     Ok(shadow)
-}
-
-/// Mount points of cgroup v1 hierarchies, from /proc/self/mountinfo.
-fn cgroup_v1_mount_points() -> std::io::Result<Vec<PathBuf>> {
-    let info = fs::read_to_string("/proc/self/mountinfo")?;
-    Ok(info
-        .lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let mount_point = left.split_whitespace().nth(4)?;
-            (right.split_whitespace().next()? == "cgroup").then(|| PathBuf::from(mount_point))
-        })
-        .collect())
 }
 
 fn read_trimmed(path: &str) -> String {

@@ -4,6 +4,7 @@
 
 pub mod bundle;
 pub mod call;
+mod cgroup_claim;
 mod cgroupless;
 pub mod check;
 pub mod egress;

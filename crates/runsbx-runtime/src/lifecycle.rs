@@ -14,7 +14,9 @@ use nix::unistd::Pid;
 use crate::error::{Result, RuntimeError};
 use crate::policy::{self, Policy};
 use crate::root::{IdLock, StateRoot};
-use crate::{bundle, cgroupless, egress, host, netns, procs, stage, supervise, supervisor};
+use crate::{
+    bundle, cgroup_claim, cgroupless, egress, host, netns, procs, stage, supervise, supervisor,
+};
 
 /// What `create` and `run` are given besides the id.
 #[derive(Debug, Clone, Default)]
@@ -241,6 +243,7 @@ fn build(
         return Err(RuntimeError::Exists { id: id.to_owned() });
     }
     let source = bundle::load(&opts.bundle)?;
+    bundle::check_rootfs("root.path", &source.rootfs, root.path())?;
     let policy = Policy::load(opts.config.as_deref())?;
     build_or_clean(root, id, &source, opts, detach, &policy, None, lock)
 }
@@ -336,8 +339,7 @@ fn build_from(
             )
         })?)
     } else {
-        let owner = format!("{}\n{id}", root.path().display());
-        let (slot, range) = policy::allocate_id_range(&policy.config, &owner)?;
+        let (slot, range) = policy::allocate_id_range(&policy.config, &owner(root, id))?;
         if let Err(e) = bundle::Effective::record_slot(root, id, slot) {
             policy::release_id_range(slot);
             return Err(e);
@@ -376,6 +378,10 @@ fn build_from(
     }
     let shadow = if host::can_manage_cgroups() {
         default_cgroup_path(&mut spec, root, id);
+        if let Some(cgroup) = spec.linux().as_ref().and_then(|l| l.cgroups_path().clone()) {
+            bundle::Effective::record_cgroup(root, id, &cgroup)?;
+            cgroup_claim::claim(&cgroup, &owner(root, id))?;
+        }
         None
     } else {
         // A call reports this in its result instead of a log line.
@@ -464,7 +470,16 @@ pub(crate) fn release_host_side(root: &StateRoot, id: &str) -> Result<()> {
     if let Some(slot) = bundle::Effective::slot(root, id) {
         policy::release_id_range(slot);
     }
+    if let Some(cgroup) = bundle::Effective::cgroup(root, id) {
+        cgroup_claim::release(&cgroup, &owner(root, id));
+    }
     bundle::Effective::remove(root, id)
+}
+
+/// Who holds a container's host resources (id range, cgroup claim): its
+/// state root and id.
+fn owner(root: &StateRoot, id: &str) -> String {
+    format!("{}\n{id}", root.path().display())
 }
 
 /// Gives a spec without a cgroup path runsbx's (libcontainer's own default
@@ -547,6 +562,31 @@ fn namespace(spec: &Spec, typ: LinuxNamespaceType) -> Option<Option<PathBuf>> {
 /// Kills every process of the container and removes its state.
 pub(crate) fn destroy(root: &StateRoot, container: &mut Container) -> Result<()> {
     let id = container.id().to_owned();
+    if host::can_manage_cgroups() {
+        let cgroup = container
+            .spec()
+            .map(|c| c.cgroup_path)
+            .map_err(|e| op_err("read the config of", &id, e))?;
+        if !cgroup_claim::is_ours(&cgroup, &owner(root, &id)) {
+            // libcontainer would kill every process in it and remove it.
+            tracing::warn!(
+                id,
+                ?cgroup,
+                "runsbx holds no claim on this cgroup (it did not make it): leaving it alone"
+            );
+            if let Some(pid) = container.pid() {
+                procs::kill_and_wait(pid)?;
+            }
+            let dir = root.container_dir(&id);
+            std::fs::remove_dir_all(&dir)
+                .or_else(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => Ok(()),
+                    _ => Err(e),
+                })
+                .map_err(|e| RuntimeError::io(format!("remove {dir:?}"), e))?;
+            return release_host_side(root, &id);
+        }
+    }
     if !host::can_manage_cgroups() {
         // libcontainer kills through the cgroup, which does not exist here:
         // kill by pid namespace and wait for the init process to be gone.

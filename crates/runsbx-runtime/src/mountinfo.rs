@@ -25,6 +25,24 @@ pub fn unmount_under(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The mount points of this mount namespace's filesystems of the given
+/// types (`cgroup`, `cgroup2`).
+pub fn mount_points_of(types: &[&str]) -> Result<Vec<PathBuf>> {
+    let info = fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| RuntimeError::io("read /proc/self/mountinfo", e))?;
+    Ok(info
+        .lines()
+        .filter_map(|line| {
+            let (left, right) = line.split_once(" - ")?;
+            let mount_point = left.split_whitespace().nth(4)?;
+            let typ = right.split_whitespace().next()?;
+            types
+                .contains(&typ)
+                .then(|| unescape_mountinfo(mount_point))
+        })
+        .collect())
+}
+
 /// mountinfo escapes space, tab, newline and backslash as `\ooo`.
 fn unescape_mountinfo(field: &str) -> PathBuf {
     use std::os::unix::ffi::OsStringExt;

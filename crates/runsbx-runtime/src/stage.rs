@@ -23,7 +23,7 @@ use runsbx_policy::IdRange;
 
 use crate::error::{Result, RuntimeError};
 
-const STAGE_ROOT: &str = "/run/runsbx-rootfs";
+pub(crate) const STAGE_ROOT: &str = "/run/runsbx-rootfs";
 
 pub fn dir(key: &str) -> PathBuf {
     Path::new(STAGE_ROOT).join(key)

@@ -4,6 +4,7 @@ use super::Cx;
 use crate::PolicyError;
 
 pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
+    check_cgroups_path(cx)?;
     drop_docker_network_hook(cx);
     // Hooks run host programs, as the runtime's user, outside the sandbox.
     if has_hooks(&cx.spec) && !cx.profile.hooks {
@@ -19,6 +20,47 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
             "linux.devices",
             "extra device nodes removed: only the default devices exist in a sandbox",
         );
+    }
+    Ok(())
+}
+
+/// The cgroup a container lives in is removed with it, and libcgroups
+/// kills every process in a cgroup before removing it: a path that names
+/// the hierarchy's root (`/`, `""`, or one that `..` climbs to), or that
+/// climbs out of where it points, would make runsbx kill host processes.
+/// A path must name a cgroup below the root, by plain components; whether
+/// it already exists (it must not: runsbx only removes a cgroup it made)
+/// is for the runtime to check on the host.
+fn check_cgroups_path(cx: &Cx) -> Result<(), PolicyError> {
+    use std::path::Component;
+    let Some(path) = cx
+        .spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.cgroups_path().clone())
+    else {
+        return Ok(());
+    };
+    let bad = |reason: &str| PolicyError::Invalid {
+        field: "linux.cgroupsPath".to_owned(),
+        reason: format!(
+            "{path:?} {reason}; give a path below the cgroup root made of plain names, such \
+             as /runsbx/<id>, or leave it out"
+        ),
+    };
+    // Segments of the text as given: `Path::components` would drop a `.`.
+    let text = path.as_os_str().as_encoded_bytes();
+    if text.split(|b| *b == b'/').any(|s| s == b"." || s == b"..") {
+        return Err(bad("has `.` or `..` components"));
+    }
+    let names = path
+        .components()
+        .filter(|c| matches!(c, Component::Normal(_)))
+        .count();
+    if names == 0 {
+        return Err(bad(
+            "names the root of the cgroup hierarchy (or runsbx's own cgroup)",
+        ));
     }
     Ok(())
 }

@@ -706,3 +706,32 @@ fn a_pod_sandbox_gets_a_new_network_instead_of_cni_s() {
         .iter()
         .any(|l| l.layer == "network_loopback_only" && l.in_force));
 }
+
+#[test]
+fn a_cgroups_path_must_name_a_cgroup_below_the_root() {
+    for path in ["/", "", "/..", "/a/../..", "/a/./b", "..", "/runsbx/../../"] {
+        let mut spec = load("containerd.json");
+        spec.linux_mut()
+            .as_mut()
+            .unwrap()
+            .set_cgroups_path(Some(PathBuf::from(path)));
+        let result = harden(spec, &profile(), &as_root());
+        assert!(
+            matches!(&result, Err(PolicyError::Invalid { field, .. }) if field == "linux.cgroupsPath"),
+            "{path:?}: {:?}",
+            result.map(|h| h
+                .spec
+                .linux()
+                .clone()
+                .and_then(|l| l.cgroups_path().clone()))
+        );
+    }
+    for path in ["/k8s.io/abc", "docker/abc", "/kubepods/besteffort/pod1/abc"] {
+        let mut spec = load("containerd.json");
+        spec.linux_mut()
+            .as_mut()
+            .unwrap()
+            .set_cgroups_path(Some(PathBuf::from(path)));
+        harden(spec, &profile(), &as_root()).unwrap_or_else(|e| panic!("{path:?}: {e}"));
+    }
+}

@@ -323,6 +323,14 @@ fn run(
         ));
     }
     // Everything the caller gave is checked before anything is made.
+    // Outputs go into a directory the caller made: runsbx creates none on
+    // the host but the outputs' own subdirectories inside it.
+    if !req.outputs.is_empty() && !req.output_dir.is_dir() {
+        return Err(RuntimeError::invalid(
+            format!("--output-dir {:?}", req.output_dir),
+            "is not an existing directory (create it first)",
+        ));
+    }
     // `_image` holds the image's in-use lock until the call ends.
     let (rootfs, image_env, _image) = match (&req.rootfs, &req.image) {
         (Some(_), Some(_)) => {
@@ -332,6 +340,7 @@ fn run(
             ))
         }
         (Some(dir), None) => {
+            bundle::check_rootfs("--rootfs", dir, root.path())?;
             let dir = fs::canonicalize(dir)
                 .map_err(|e| RuntimeError::invalid(format!("--rootfs {dir:?}"), format!("{e}")))?;
             (dir, Vec::new(), None)

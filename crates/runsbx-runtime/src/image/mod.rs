@@ -381,7 +381,7 @@ pub(crate) fn display_dirs(dirs: &[PathBuf]) -> String {
 }
 
 /// The default data directory of the caller.
-fn default_data_dir() -> Result<PathBuf> {
+pub(crate) fn default_data_dir() -> Result<PathBuf> {
     if !host::rootless() {
         return Ok(PathBuf::from(SYSTEM_DATA_DIR));
     }

@@ -233,7 +233,7 @@ impl Fixture {
             spec.arg("--rootless");
         }
         self.as_who(&mut spec);
-        let out = Out::of(spec.output().unwrap());
+        let out = output_via_files(&mut spec);
         assert_eq!(out.code, 0, "runsbx spec: {}", out.stderr);
         let path = dir.join("config.json");
         let mut config: Value = serde_json::from_str(&fs::read_to_string(&path).unwrap()).unwrap();
