@@ -8,6 +8,7 @@
 #![forbid(unsafe_code)]
 
 pub mod annotations;
+pub mod bounds;
 pub mod harden;
 pub mod profile;
 pub mod seccomp;

@@ -107,8 +107,12 @@ impl TryFrom<TimeoutRepr> for Timeout {
     type Error = String;
     fn try_from(r: TimeoutRepr) -> Result<Self, String> {
         match r {
-            TimeoutRepr::Seconds(n) => parse_duration(&n.to_string()).map(Timeout),
-            TimeoutRepr::Text(t) => parse_duration(&t).map(Timeout),
+            TimeoutRepr::Seconds(n) => parse_duration(&n.to_string())
+                .map(Timeout)
+                .map_err(|e| format!("{n} {e}")),
+            TimeoutRepr::Text(t) => parse_duration(&t)
+                .map(Timeout)
+                .map_err(|e| format!("{t:?} {e}")),
         }
     }
 }
@@ -126,10 +130,9 @@ const MAX_DURATION: std::time::Duration = std::time::Duration::from_secs(7 * 24 
 /// positive, at most a week.
 pub fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
     let bad = || {
-        format!(
-            "{text:?} is not a duration (use a positive number with ms, s, m or h, at most a \
-             week: 30s, 500ms, 2m)"
-        )
+        "is not a duration (use a positive number with ms, s, m or h, at most a week: 30s, \
+         500ms, 2m)"
+            .to_owned()
     };
     let t = text.trim();
     let split = t

@@ -24,6 +24,12 @@ pub fn load(dir: &Path) -> Result<Bundle> {
     let dir = fs::canonicalize(dir)
         .map_err(|e| bad(format!("{e} (pass an existing directory with --bundle)")))?;
     let config = dir.join("config.json");
+    let limit = runsbx_policy::bounds::MAX_CONFIG_BYTES;
+    if fs::metadata(&config).is_ok_and(|m| m.len() > limit) {
+        return Err(bad(format!(
+            "config.json is larger than runsbx reads ({limit} bytes); see README's limits"
+        )));
+    }
     let text = match fs::read_to_string(&config) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {

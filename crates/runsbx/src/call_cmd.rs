@@ -25,13 +25,13 @@ pub struct Call {
     #[arg(long)]
     pub profile: Option<String>,
     /// Wall-clock deadline: the whole sandbox is killed when it passes
-    #[arg(long, default_value = "30s")]
+    #[arg(long, default_value = "30s", allow_hyphen_values = true)]
     pub timeout: String,
     /// Memory limit, no higher than the profile's (e.g. 256M)
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     pub memory: Option<String>,
     /// Process limit, no higher than the profile's
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(u64).range(1..))]
     pub pids: Option<u64>,
     /// Environment variable for the command (repeatable); runsbx's own
     /// environment never reaches the sandbox
@@ -50,10 +50,10 @@ pub struct Call {
     #[arg(long, default_value = ".")]
     pub output_dir: PathBuf,
     /// Bytes kept of each of stdout and stderr (the first and last halves)
-    #[arg(long, default_value = "1M")]
+    #[arg(long, default_value = "1M", allow_hyphen_values = true)]
     pub max_output: String,
     /// Largest --output file copied out
-    #[arg(long, default_value = "64M")]
+    #[arg(long, default_value = "64M", allow_hyphen_values = true)]
     pub max_output_file: String,
     /// Let the command reach this host through the egress proxy (repeatable):
     /// NAME, NAME:PORT, *.SUFFIX[:PORT]; ports 80 and 443 when none is given

@@ -19,11 +19,15 @@ use tracing_subscriber::EnvFilter;
 /// EnvFilter) overrides the level; `--debug` means debug.
 pub fn init(log: Option<&Path>, format: Option<&str>, debug: bool) -> Result<()> {
     // libcgroups warns about every v1 controller this host lacks, on every
-    // command; those are not actionable.
-    let default = if debug {
-        "debug"
-    } else {
-        "warn,libcgroups=error"
+    // command; those are not actionable. libcontainer logs each failure at
+    // every level it passes through, some as Debug dumps of its errors:
+    // runsbx's own message carries the cause chain, once, so on a terminal
+    // or an engine's stderr those lines appear only with --debug; a --log
+    // file keeps them for whoever reads it.
+    let default = match (debug, log.is_some()) {
+        (true, _) => "debug",
+        (false, true) => "warn,libcgroups=error",
+        (false, false) => "warn,libcontainer=off,libcgroups=off",
     };
     let filter = EnvFilter::try_from_env("RUNSBX_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let json = match format.unwrap_or("text") {

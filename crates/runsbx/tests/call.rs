@@ -412,7 +412,7 @@ fn bad_inputs_are_refused(fx: Fixture) {
                 rootfs.clone(),
             ],
             125,
-            "duration \"soon\"",
+            "--timeout \"soon\": is not a duration",
         ),
         (
             vec![

@@ -23,8 +23,9 @@ use crate::{Change, Hardened, HostFacts, Layer, PolicyError, Profile};
 /// allows on this host. It never widens: running it on its own output
 /// changes nothing.
 pub fn harden(spec: Spec, profile: &Profile, host: &HostFacts) -> Result<Hardened, PolicyError> {
+    crate::bounds::check(&spec)?; // sizes, before any work in proportion to them
     let mut cx = Cx::new(spec, profile, host);
-    reject::apply(&mut cx)?; // hooks, extra devices
+    reject::apply(&mut cx)?; // cgroup path, hooks, extra devices
     namespaces::apply(&mut cx)?; // every namespace new; no joins; loopback-only network
     userns::apply(&mut cx)?; // container root = caller (rootless) or an unprivileged range
     mounts::apply(&mut cx)?; // read-only image, capped tmpfs, no host binds
@@ -50,6 +51,7 @@ pub fn harden_exec(
     profile: &Profile,
     host: &HostFacts,
 ) -> Result<oci_spec::runtime::Process, PolicyError> {
+    crate::bounds::check_process(&process)?;
     let mut spec = container.clone();
     spec.set_process(Some(process));
     let mut cx = Cx::new(spec, profile, host);

@@ -5,6 +5,7 @@ use crate::PolicyError;
 
 pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     check_cgroups_path(cx)?;
+    check_hidden_paths(cx)?;
     drop_docker_network_hook(cx);
     // Hooks run host programs, as the runtime's user, outside the sandbox.
     if has_hooks(&cx.spec) && !cx.profile.hooks {
@@ -61,6 +62,34 @@ fn check_cgroups_path(cx: &Cx) -> Result<(), PolicyError> {
         return Err(bad(
             "names the root of the cgroup hierarchy (or runsbx's own cgroup)",
         ));
+    }
+    Ok(())
+}
+
+/// Masked and read-only paths are mounted over inside the container: `/`
+/// itself (its whole root made read-only over the runtime's own setup) or
+/// a path that climbs with `..` is refused, not handed on.
+fn check_hidden_paths(cx: &Cx) -> Result<(), PolicyError> {
+    let Some(linux) = cx.spec.linux().as_ref() else {
+        return Ok(());
+    };
+    for (field, paths) in [
+        ("linux.maskedPaths", linux.masked_paths()),
+        ("linux.readonlyPaths", linux.readonly_paths()),
+    ] {
+        for path in paths.as_deref().unwrap_or_default() {
+            let p = std::path::Path::new(path);
+            let climbs = path.split('/').any(|s| s == "." || s == "..");
+            if !p.is_absolute() || p == std::path::Path::new("/") || climbs {
+                return Err(PolicyError::Invalid {
+                    field: field.to_owned(),
+                    reason: format!(
+                        "{path:?} is not an absolute path below / without `.` or `..` (such as \
+                         /proc/kcore)"
+                    ),
+                });
+            }
+        }
     }
     Ok(())
 }

@@ -735,3 +735,77 @@ fn a_cgroups_path_must_name_a_cgroup_below_the_root() {
         harden(spec, &profile(), &as_root()).unwrap_or_else(|e| panic!("{path:?}: {e}"));
     }
 }
+
+/// Any JSON value, a few levels deep.
+fn arb_json() -> impl Strategy<Value = serde_json::Value> {
+    use serde_json::Value;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        any::<f64>().prop_map(Value::from),
+        "\\PC{0,12}".prop_map(Value::from),
+        Just(Value::from("/")),
+        Just(Value::from("..")),
+        Just(Value::from("runsbx.timeout")),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(serde_json::Value::Array),
+            proptest::collection::btree_map("\\PC{0,8}", inner, 0..4)
+                .prop_map(|m| serde_json::Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// Replaces the node that `path` picks (an index into the keys or items at
+/// each level, modulo their count) with `value`.
+fn replace_at(json: &mut serde_json::Value, path: &[usize], value: serde_json::Value) {
+    let Some((first, rest)) = path.split_first() else {
+        *json = value;
+        return;
+    };
+    let child = match json {
+        serde_json::Value::Object(map) if !map.is_empty() => {
+            let key = map
+                .keys()
+                .nth(first % map.len())
+                .cloned()
+                .unwrap_or_default();
+            map.get_mut(&key)
+        }
+        serde_json::Value::Array(items) if !items.is_empty() => {
+            let n = items.len();
+            items.get_mut(first % n)
+        }
+        _ => None,
+    };
+    match child {
+        Some(child) if !rest.is_empty() => replace_at(child, rest, value),
+        Some(child) => *child = value,
+        None => *json = value,
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(1024))]
+    /// However a spec is mangled, harden returns: a hardened spec or a
+    /// refusal, never a panic (a panic in a sandbox runtime is a lost
+    /// result, and a crash an attacker can trigger).
+    #[test]
+    fn harden_never_panics_on_any_json(
+        path in proptest::collection::vec(any::<usize>(), 0..5),
+        value in arb_json(),
+    ) {
+        let mut json = serde_json::to_value(load("containerd.json")).unwrap();
+        replace_at(&mut json, &path, value);
+        if let Ok(spec) = serde_json::from_value::<Spec>(json) {
+            for host in [as_root(), rootless()] {
+                if let Ok(hardened) = harden(spec.clone(), &profile(), &host) {
+                    let _ = verify(&hardened.spec, &profile(), &host);
+                }
+            }
+        }
+    }
+}

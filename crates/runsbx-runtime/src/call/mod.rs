@@ -848,7 +848,7 @@ pub fn parse_env(arg: &str) -> Result<(String, String)> {
 /// Parses a duration: `30s`, `1.5s`, `500ms`, `2m`, `1h`, or plain seconds.
 pub fn parse_duration(text: &str) -> Result<Duration> {
     runsbx_policy::profile::parse_duration(text)
-        .map_err(|reason| RuntimeError::invalid(format!("duration {text:?}"), reason))
+        .map_err(|reason| RuntimeError::invalid(format!("--timeout {text:?}"), reason))
 }
 
 /// Checks that the command exists in the image and can be executed,
