@@ -80,6 +80,39 @@ pub fn load(dir: &Path) -> Result<Bundle> {
     Ok(Bundle { dir, spec, rootfs })
 }
 
+/// Refuses a `process.cwd` (of `spec`, the hardened spec of `bundle`) that
+/// the container could not chdir into: not a directory in the root
+/// filesystem (resolved inside it, symlinks too) and not a mount point (or
+/// one's parent) the runtime makes. libcontainer
+/// would fail inside the container with only "failed to unix syscall".
+pub fn check_cwd(bundle: &Bundle, spec: &Spec) -> Result<()> {
+    let Some(cwd) = spec.process().as_ref().map(|p| p.cwd().clone()) else {
+        return Ok(());
+    };
+    let mounted = spec
+        .mounts()
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .any(|m| m.destination().starts_with(&cwd));
+    if mounted {
+        return Ok(());
+    }
+    let found = pathrs::Root::open(&bundle.rootfs)
+        .and_then(|root| root.resolve(&cwd))
+        .is_ok();
+    if found {
+        return Ok(());
+    }
+    Err(RuntimeError::Bundle {
+        bundle: bundle.dir.clone(),
+        reason: format!(
+            "process.cwd {cwd:?} does not exist in the root filesystem nor as a mount point \
+             (chdir would fail with ENOENT): create it in the image, or choose another"
+        ),
+    })
+}
+
 /// Refuses a root filesystem that is not a directory of its own: the
 /// host's `/`, or a directory that holds runsbx's own state, stage, claims
 /// or data, or the caller's home (a sandbox would see them, and runsbx

@@ -6,16 +6,16 @@
 //!
 //! - before the container is built, the cgroup must not exist in any
 //!   mounted hierarchy (the policy has already refused `/`, `..` and `.`);
-//! - runsbx claims the path with a file made with O_EXCL under
-//!   [`CLAIM_DIR`], naming the container that owns it, before libcontainer
+//! - runsbx claims the path with a file that appears whole or not at all
+//!   under [`CLAIM_DIR`] (see record.rs), naming the container that owns
+//!   it, before libcontainer
 //!   creates the cgroup: two containers, of any state root, can never get
 //!   the same one;
 //! - `delete` lets libcontainer remove a cgroup only while that claim names
 //!   the container; otherwise the cgroup is left alone, with a message.
 
-use std::fs::{self, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Result, RuntimeError};
@@ -63,28 +63,13 @@ pub(crate) fn claim(cgroup: &Path, owner: &str) -> Result<()> {
         .create(CLAIM_DIR)
         .map_err(|e| RuntimeError::io(format!("create {CLAIM_DIR}"), e))?;
     let path = claim_file(cgroup);
-    let mut file = match OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            return Err(refuse(format!(
-                "another runsbx container uses this cgroup (claimed in {path:?}): give a new path"
-            )))
-        }
-        Err(e) => return Err(RuntimeError::io(format!("claim the cgroup in {path:?}"), e)),
-    };
-    let written = file
-        .write_all(record(cgroup, owner).as_bytes())
-        .and_then(|()| file.sync_all());
-    if let Err(e) = written {
-        let _ = fs::remove_file(&path);
-        return Err(RuntimeError::io(format!("write {path:?}"), e));
+    match crate::record::create_whole(&path, record(cgroup, owner).as_bytes()) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(refuse(format!(
+            "another runsbx container uses this cgroup (claimed in {path:?}): give a new path"
+        ))),
+        Err(e) => Err(RuntimeError::io(format!("claim the cgroup in {path:?}"), e)),
     }
-    Ok(())
 }
 
 /// Whether `owner` holds the claim on `cgroup`.

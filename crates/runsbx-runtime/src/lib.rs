@@ -21,6 +21,8 @@ mod pod;
 pub mod policy;
 mod procs;
 pub mod query;
+mod reclaim;
+mod record;
 pub mod root;
 mod rtnl;
 pub mod signal;

@@ -172,14 +172,16 @@ pub fn delete(root: &StateRoot, id: &str, force: bool) -> Result<()> {
     let _lock = root.lock(id)?;
     let mut container = match load(root, id) {
         Ok(c) => c,
+        // A create killed before its state file existed, or while writing
+        // it: what it made is found by what it holds, not by its state.
         Err(RuntimeError::NotFound { .. }) if force => {
-            // Half-created state without a state file is removed too.
-            let dir = root.container_dir(id);
-            if dir.exists() {
-                std::fs::remove_dir_all(&dir)
-                    .map_err(|e| RuntimeError::io(format!("remove {dir:?}"), e))?;
-            }
-            return release_host_side(root, id);
+            crate::reclaim::reclaim(root, id, None);
+            return Ok(());
+        }
+        Err(e) if force => {
+            tracing::warn!(id, "its state is unreadable ({e}): removing what it holds");
+            crate::reclaim::reclaim(root, id, None);
+            return Ok(());
         }
         Err(e) => return Err(e),
     };
@@ -361,6 +363,7 @@ fn build_from(
     }
     let hardened = policy::apply(policy, input, range, workspace, pod_join)?;
     let deadline = hardened.deadline.filter(|_| !for_call);
+    bundle::check_cwd(source, &hardened.spec)?;
     // Said once, when the sandbox is made (not at each start or exec).
     for change in &hardened.changes {
         if change.field == "linux.namespaces.network" {
@@ -478,7 +481,7 @@ pub(crate) fn release_host_side(root: &StateRoot, id: &str) -> Result<()> {
 
 /// Who holds a container's host resources (id range, cgroup claim): its
 /// state root and id.
-fn owner(root: &StateRoot, id: &str) -> String {
+pub(crate) fn owner(root: &StateRoot, id: &str) -> String {
     format!("{}\n{id}", root.path().display())
 }
 
@@ -562,6 +565,12 @@ fn namespace(spec: &Spec, typ: LinuxNamespaceType) -> Option<Option<PathBuf>> {
 /// Kills every process of the container and removes its state.
 pub(crate) fn destroy(root: &StateRoot, container: &mut Container) -> Result<()> {
     let id = container.id().to_owned();
+    // A create killed while libcontainer's state still said "creating"
+    // recorded no process, though its init may wait on the notify socket:
+    // found by what it holds.
+    if container.pid().is_none() || container.status() == ContainerStatus::Creating {
+        crate::reclaim::kill_all(root, &id, None);
+    }
     if host::can_manage_cgroups() {
         let cgroup = container
             .spec()
@@ -595,9 +604,19 @@ pub(crate) fn destroy(root: &StateRoot, container: &mut Container) -> Result<()>
         }
         container.set_status(ContainerStatus::Stopped);
     }
-    container
-        .delete(true)
-        .map_err(|e| op_err("delete", &id, e))?;
+    // libcgroups cannot remove a cgroup ("could not delete", EBUSY) until
+    // the killed processes have left it: retried for up to a second.
+    let mut tries = 0;
+    loop {
+        match container.delete(true) {
+            Ok(()) => break,
+            Err(_) if tries < 50 && root.container_dir(&id).exists() => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(op_err("delete", &id, e)),
+        }
+    }
     release_host_side(root, &id)
 }
 

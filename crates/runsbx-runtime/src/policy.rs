@@ -2,9 +2,8 @@
 //! host into `HostFacts`, allocate the sandbox's id range, then harden and
 //! verify. The policy itself is pure; this is the I/O around it.
 
-use std::fs::{self, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs;
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 
 use libcontainer::oci_spec::runtime::Spec;
@@ -174,15 +173,8 @@ pub fn allocate_id_range(config: &OperatorConfig, owner: &str) -> Result<(u32, I
     for i in 0..config.uid_ranges {
         let slot = (start.wrapping_add(i)) % config.uid_ranges;
         let path = PathBuf::from(ID_DIR).join(slot.to_string());
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-        {
-            Ok(mut f) => {
-                f.write_all(owner.as_bytes())
-                    .map_err(|e| RuntimeError::io(format!("write {path:?}"), e))?;
+        match crate::record::create_whole(&path, owner.as_bytes()) {
+            Ok(true) => {
                 let base = config.uid_base + slot * config.uid_range_size;
                 return Ok((
                     slot,
@@ -192,7 +184,7 @@ pub fn allocate_id_range(config: &OperatorConfig, owner: &str) -> Result<(u32, I
                     },
                 ));
             }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Ok(false) => continue,
             Err(e) => {
                 return Err(RuntimeError::io(
                     format!("allocate an id range in {ID_DIR}"),

@@ -511,3 +511,15 @@ pub fn assert_entered(out: &Out, canary: &Canary) {
         "a port below 1024 was bound: {out:?}"
     );
 }
+
+/// The real uid of host process `pid` (a /proc entry name), if readable.
+pub fn host_view_uid(pid: &str) -> Option<u32> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
