@@ -54,6 +54,14 @@ fn check_stop(stop: impl FnOnce(ProxyHandle)) {
 
     stop(p);
 
+    // A joined thread has ended, but the kernel may list its task under
+    // /proc/self/task for a moment longer (join returns when the thread
+    // clears its tid, before the task is released): wait for that, 1 s
+    // at most.
+    let start = std::time::Instant::now();
+    while !proxy_threads().is_empty() && start.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     assert_eq!(proxy_threads(), Vec::<String>::new());
     let err = TcpStream::connect(addr).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::ConnectionRefused);

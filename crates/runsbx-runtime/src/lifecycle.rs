@@ -571,11 +571,27 @@ pub(crate) fn destroy(root: &StateRoot, container: &mut Container) -> Result<()>
     if container.pid().is_none() || container.status() == ContainerStatus::Creating {
         crate::reclaim::kill_all(root, &id, None);
     }
+    let config = match container.spec() {
+        Ok(config) => config,
+        Err(e) => {
+            // A create killed while libcontainer wrote its own config of
+            // the container: libcontainer cannot delete what it cannot
+            // read. runsbx kills by what the container holds and releases
+            // by its own records (the claimed cgroup among them).
+            tracing::warn!(
+                id,
+                "its libcontainer config is unreadable ({e}): removing what it holds"
+            );
+            if let Some(pid) = container.pid() {
+                let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            }
+            crate::reclaim::kill_all(root, &id, None);
+            crate::reclaim::forget(root, &id);
+            return Ok(());
+        }
+    };
     if host::can_manage_cgroups() {
-        let cgroup = container
-            .spec()
-            .map(|c| c.cgroup_path)
-            .map_err(|e| op_err("read the config of", &id, e))?;
+        let cgroup = config.cgroup_path;
         if !cgroup_claim::is_ours(&cgroup, &owner(root, &id)) {
             // libcontainer would kill every process in it and remove it.
             tracing::warn!(

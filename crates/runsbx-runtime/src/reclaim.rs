@@ -34,20 +34,26 @@ pub(crate) fn reclaim(root: &StateRoot, id: &str, userns: Option<u64>) {
     // cgroup by itself shortly after it is cloned, so the search goes on
     // until it has come up empty several times in a row.
     kill_all(root, id, userns);
-    if let Some(cgroup) = claimed_cgroup(root, id) {
-        remove_cgroup(&cgroup);
-    }
-    let dir = root.container_dir(id);
     // Then the state, through libcontainer when it loads.
     if let Ok(mut c) = lifecycle::load(root, id) {
         if let Err(e) = lifecycle::destroy(root, &mut c) {
-            tracing::debug!(id, "delete the interrupted call's sandbox: {e}");
+            tracing::debug!(id, "delete the interrupted sandbox: {e}");
         }
     }
-    let _ = fs::remove_dir_all(&dir);
+    forget(root, id);
+}
+
+/// Everything of container `id` but its processes (killed first): the
+/// cgroup it claimed, its state directory, its id range (also one whose
+/// record was never written) and the rest of its host side.
+pub(crate) fn forget(root: &StateRoot, id: &str) {
+    if let Some(cgroup) = claimed_cgroup(root, id) {
+        remove_cgroup(&cgroup);
+    }
+    let _ = fs::remove_dir_all(root.container_dir(id));
     release_orphan_slot(root, id);
     if let Err(e) = lifecycle::release_host_side(root, id) {
-        tracing::warn!(id, "release the interrupted call's host resources: {e}");
+        tracing::warn!(id, "release the interrupted sandbox's host resources: {e}");
     }
 }
 

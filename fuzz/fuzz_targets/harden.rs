@@ -1,0 +1,38 @@
+//! Any bytes as a config.json: whatever parses as a spec is hardened and
+//! verified, as root and rootless, and neither may panic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use runsbx_policy::{harden, verify, HostFacts, IdRange, Profile};
+
+fn host(rootless: bool) -> HostFacts {
+    HostFacts {
+        rootless,
+        uid: if rootless { 1000 } else { 0 },
+        gid: if rootless { 1000 } else { 0 },
+        id_range: (!rootless).then_some(IdRange {
+            base: 1_000_000_000,
+            size: 65_536,
+        }),
+        user_namespaces: true,
+        seccomp: true,
+        cgroups: !rootless,
+        proc_subset: true,
+        call_workspace: None,
+        pod: None,
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(spec) = serde_json::from_slice::<oci_spec::runtime::Spec>(data) else {
+        return;
+    };
+    let Ok(profile) = Profile::builtin() else {
+        return;
+    };
+    for host in [host(false), host(true)] {
+        if let Ok(hardened) = harden(spec.clone(), &profile, &host) {
+            let _ = verify(&hardened.spec, &profile, &host);
+        }
+    }
+});

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Fuzzes the policy with cargo-fuzz: the `harden` target takes any bytes
+# as a config.json and hardens and verifies whatever parses, as root and
+# rootless; a panic is a failure. Seeded with the golden podman and
+# containerd specs; runs for SECONDS (default 60).
+#
+#   hack/fuzz.sh [SECONDS]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+secs=${1:-60}
+command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
+# libFuzzer's instrumentation needs unstable compiler flags: a nightly
+# toolchain where the machine has one, else the stable compiler allowed
+# to take them.
+toolchain=()
+if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
+    toolchain=(+nightly)
+else
+    export RUSTC_BOOTSTRAP=1
+fi
+mkdir -p fuzz/corpus/harden
+cp crates/runsbx-policy/tests/golden/podman.json crates/runsbx-policy/tests/golden/containerd.json fuzz/corpus/harden/
+cd fuzz
+cargo "${toolchain[@]}" fuzz run harden corpus/harden -- -max_total_time="$secs" -rss_limit_mb=2048
