@@ -9,16 +9,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=${1:-60}
 command -v cargo-fuzz >/dev/null || cargo install --locked cargo-fuzz
-# libFuzzer's instrumentation needs unstable compiler flags: a nightly
-# toolchain where the machine has one, else the stable compiler allowed
-# to take them.
-toolchain=()
-if rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
-    toolchain=(+nightly)
-else
-    export RUSTC_BOOTSTRAP=1
-fi
+# libFuzzer's instrumentation needs unstable compiler flags; the machine's
+# one (stable) toolchain is allowed to take them.
+export RUSTC_BOOTSTRAP=1
 mkdir -p fuzz/corpus/harden
 cp crates/runsbx-policy/tests/golden/podman.json crates/runsbx-policy/tests/golden/containerd.json fuzz/corpus/harden/
 cd fuzz
-cargo "${toolchain[@]}" fuzz run harden corpus/harden -- -max_total_time="$secs" -rss_limit_mb=2048
+cargo fuzz run harden corpus/harden -- -max_total_time="$secs" -rss_limit_mb=2048
