@@ -20,12 +20,17 @@ fn start_entered(fx: &Fixture) -> i32 {
     let b = fx.bundle("b", &["sh", "-c", ENTERED_INIT], |_| {});
     fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"])
         .ok();
+    wait_ready(fx);
+    fx.run(["state", "c1"]).ok().json()["pid"].as_i64().unwrap() as i32
+}
+
+/// Waits until the init of `c1` has recorded its uid_map (10 s at most).
+fn wait_ready(fx: &Fixture) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while fx.run(["exec", "c1", "cat", "/tmp/init-map"]).code != 0 {
         assert!(Instant::now() < deadline, "the init never got ready");
         std::thread::sleep(Duration::from_millis(20));
     }
-    fx.run(["state", "c1"]).ok().json()["pid"].as_i64().unwrap() as i32
 }
 
 /// Runs `exec -d --pid-file` of a sleep and returns its host pid.
@@ -244,11 +249,7 @@ fn an_engine_wired_network_is_removed() {
         "{detail}"
     );
 
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while fx.run(["exec", "c1", "cat", "/tmp/init-map"]).code != 0 {
-        assert!(Instant::now() < deadline, "the init never got ready");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_ready(&fx);
 
     // Wired again while it runs: the next exec gets only lo too.
     let again = Veth::wire(pid, 2);
