@@ -17,6 +17,7 @@ pub mod image;
 pub mod lifecycle;
 mod mountinfo;
 mod netns;
+mod newmount;
 mod pod;
 pub mod policy;
 mod procs;

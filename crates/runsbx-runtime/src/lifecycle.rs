@@ -392,6 +392,14 @@ fn build_from(
         let fake = without_cgroups(&mut spec, id, call.is_none());
         Some(cgroupless::enter_for_create(&fake)?)
     };
+    // Rootless, in the private mount namespace the shadow made: the image
+    // as a filesystem of its own, as stage::prepare makes it as root.
+    let view = match shadow {
+        Some(_) if host::rootless() => {
+            stage::private_view(&bundle::Effective::path(root, id), &mut spec)?
+        }
+        _ => None,
+    };
     let new_netns = creates_netns(&spec);
     let own_userns = has_userns(&spec);
     let effective = bundle::Effective::write(root, id, &source.dir, &spec, &report)?;
@@ -425,6 +433,8 @@ fn build_from(
     if let Some(shadow) = shadow {
         shadow.leave()?;
     }
+    // The container's mount namespace holds its own copy.
+    drop(view);
     effective.without_init_groups(&spec)?;
     let init = init_pid(&container)?;
     let mut proxy = None;

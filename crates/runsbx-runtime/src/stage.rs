@@ -9,9 +9,15 @@
 //! owned by container root), and each bind source, under
 //! `/run/runsbx-rootfs/<key>/`, a path anyone may traverse but not list.
 //! `remove` unmounts them all.
+//!
+//! A read-only rootfs is presented as a filesystem of its own (a one-layer
+//! overlay whose layer is the idmapped image, handed over as a detached
+//! mount), so that the sandbox's `/proc/self/mountinfo` names neither the
+//! image's host directory nor the host's block device. Rootless, the same
+//! view is made in runsbx's private mount namespace ([`private_view`]).
 
 use std::fs;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -22,6 +28,7 @@ use nix::unistd::{fork, ForkResult};
 use runsbx_policy::IdRange;
 
 use crate::error::{Result, RuntimeError};
+use crate::newmount;
 
 pub(crate) const STAGE_ROOT: &str = "/run/runsbx-rootfs";
 
@@ -55,10 +62,28 @@ pub fn prepare(key: &str, range: IdRange, spec: &mut Spec) -> Result<()> {
     // for them; made here as host root, resolved inside the rootfs (a
     // symlink in the image cannot point them outside).
     precreate_mount_points(&root, spec)?;
+    let read_only = spec
+        .root()
+        .as_ref()
+        .and_then(|r| r.readonly())
+        .unwrap_or(false);
     let userns = userns_with(range)
         .map_err(|e| RuntimeError::sys(ctx("a user namespace for the idmapped rootfs"), e))?;
-    match idmapped_bind(&root, &target, &userns) {
-        Ok(()) => {}
+    let tree = newmount::clone_tree(&root)
+        .map_err(|e| RuntimeError::sys(ctx(&format!("a copy of the rootfs mount {root:?}")), e))?;
+    match newmount::idmap(tree.as_fd(), userns.as_fd()) {
+        Ok(()) => {
+            let view = if read_only {
+                own_filesystem(tree)
+            } else {
+                // A writable rootfs is the bundle's own directory, written
+                // through as under runc; its mount shows its host path.
+                tree
+            };
+            newmount::attach(view.as_fd(), &target).map_err(|e| {
+                RuntimeError::sys(ctx(&format!("an idmapped mount of the rootfs {root:?}")), e)
+            })?;
+        }
         // Filesystems without idmapped mount support (overlayfs as a whole,
         // as containerd's snapshots are): the image is bound as it is, and
         // its files keep host ownership; what "others" may read stays
@@ -120,9 +145,15 @@ fn precreate_mount_points(rootfs: &Path, spec: &Spec) -> Result<()> {
     let root = pathrs::Root::open(rootfs)
         .map_err(|e| RuntimeError::invalid(format!("open the rootfs {rootfs:?}"), e.to_string()))?;
     let dir_perm = fs::Permissions::from_mode(0o755);
-    for m in spec.mounts().iter().flatten() {
+    let mounts: Vec<_> = spec.mounts().iter().flatten().collect();
+    for m in &mounts {
         let dest = m.destination();
-        if root.resolve(dest).is_ok() {
+        // A mount point on another mount (/dev/pts on /dev's tmpfs) is made
+        // there, when that mount exists, not in the image.
+        let on_another = mounts
+            .iter()
+            .any(|o| o.destination() != dest && dest.starts_with(o.destination()));
+        if on_another || root.resolve(dest).is_ok() {
             continue;
         }
         let file_source = m
@@ -203,73 +234,85 @@ fn io_errno(e: std::io::Error) -> nix::Error {
     nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
-/// open_tree(OPEN_TREE_CLONE) + mount_setattr(MOUNT_ATTR_IDMAP) +
-/// move_mount: `source` appears at `target` with its ids mapped through
-/// `userns`.
-fn idmapped_bind(source: &Path, target: &Path, userns: &fs::File) -> nix::Result<()> {
-    use std::ffi::CString;
-    use std::os::unix::ffi::OsStrExt;
-    const OPEN_TREE_CLONE: libc::c_uint = 1;
-    const AT_RECURSIVE: libc::c_uint = 0x8000;
-    const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
-    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
-    #[repr(C)]
-    struct MountAttr {
-        attr_set: u64,
-        attr_clr: u64,
-        propagation: u64,
-        userns_fd: u64,
+/// `tree` (a detached mount of a read-only rootfs) as a filesystem of its
+/// own, so that the sandbox's mountinfo names no host directory or device;
+/// `tree` itself where the kernel cannot (before Linux 6.13, overlayfs
+/// takes no layer by fd).
+fn own_filesystem(tree: OwnedFd) -> OwnedFd {
+    match newmount::read_only_view(tree.as_fd()) {
+        Ok(view) => view,
+        Err(e) => {
+            tracing::debug!(error = %e, "the rootfs is bound as it is: overlayfs refused it as an fd layer");
+            tree
+        }
     }
-    let src = CString::new(source.as_os_str().as_bytes()).map_err(|_| nix::Error::EINVAL)?;
-    let dst = CString::new(target.as_os_str().as_bytes()).map_err(|_| nix::Error::EINVAL)?;
-    let empty = c"";
-    // SAFETY: these syscalls take C strings we own and return an fd or -1.
-    let tree = unsafe {
-        libc::syscall(
-            libc::SYS_open_tree,
-            libc::AT_FDCWD,
-            src.as_ptr(),
-            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_RECURSIVE,
-        )
+}
+
+/// Rootless: when `spec`'s rootfs is read-only, mounts it as a filesystem
+/// of its own under `effective_dir` and points the spec at it; the mount
+/// points the spec needs are made in the rootfs first (the view cannot be
+/// written), as libcontainer would have made them.
+pub fn private_view(effective_dir: &Path, spec: &mut Spec) -> Result<Option<PrivateView>> {
+    let Some(root) = spec.root().clone() else {
+        return Ok(None);
     };
-    if tree < 0 {
-        return Err(nix::Error::last());
+    if !root.readonly().unwrap_or(false) {
+        return Ok(None);
     }
-    // SAFETY: the kernel just returned this fd.
-    let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
-    let attr = MountAttr {
-        attr_set: MOUNT_ATTR_IDMAP,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: userns.as_raw_fd() as u64,
-    };
-    // SAFETY: attr is a live, correctly sized mount_attr.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            empty.as_ptr(),
-            libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    };
-    if r < 0 {
-        return Err(nix::Error::last());
+    precreate_mount_points(root.path(), spec)?;
+    let view = PrivateView::mount(root.path(), &effective_dir.join("rootfs"))?;
+    if let (Some(view), Some(r)) = (&view, spec.root_mut()) {
+        r.set_path(view.path().to_owned());
     }
-    // SAFETY: as above.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_move_mount,
-            tree.as_raw_fd(),
-            empty.as_ptr(),
-            libc::AT_FDCWD,
-            dst.as_ptr(),
-            MOVE_MOUNT_F_EMPTY_PATH,
-        )
-    };
-    if r < 0 {
-        return Err(nix::Error::last());
+    Ok(view)
+}
+
+/// A read-only rootfs mounted as a filesystem of its own (see
+/// [`own_filesystem`]) in this process's private mount namespace, where a
+/// rootless runsbx builds its container: the container's mount namespace
+/// is copied from this one, so only it keeps the mount. Dropping it
+/// detaches the mount here, so the directory can be removed.
+#[derive(Debug)]
+pub struct PrivateView {
+    target: PathBuf,
+}
+
+impl PrivateView {
+    /// Mounts `rootfs` at `target` (created, 0700); `None` when the kernel
+    /// cannot, and the rootfs is to be bound as it is.
+    pub fn mount(rootfs: &Path, target: &Path) -> Result<Option<Self>> {
+        use std::os::unix::fs::DirBuilderExt;
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(target)
+            .map_err(|e| {
+                RuntimeError::io(format!("create the rootfs mount point {target:?}"), e)
+            })?;
+        let tree = newmount::clone_tree(rootfs)
+            .map_err(|e| RuntimeError::sys(format!("a copy of the rootfs mount {rootfs:?}"), e))?;
+        let view = match newmount::read_only_view(tree.as_fd()) {
+            Ok(view) => view,
+            Err(e) => {
+                tracing::debug!(error = %e, "the rootfs is bound as it is: overlayfs refused it as an fd layer");
+                return Ok(None);
+            }
+        };
+        newmount::attach(view.as_fd(), target).map_err(|e| {
+            RuntimeError::sys(format!("mount the rootfs {rootfs:?} on {target:?}"), e)
+        })?;
+        Ok(Some(Self {
+            target: target.to_owned(),
+        }))
     }
-    Ok(())
+
+    pub fn path(&self) -> &Path {
+        &self.target
+    }
+}
+
+impl Drop for PrivateView {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.target, nix::mount::MntFlags::MNT_DETACH);
+    }
 }

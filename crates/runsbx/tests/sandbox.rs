@@ -97,6 +97,102 @@ fn minimal_proc(fx: Fixture) {
 }
 as_root_and_rootless!(minimal_proc: minimal_proc_as_root, minimal_proc_rootless);
 
+/// The sandbox's own view of its mounts and cgroup names no host path, no
+/// user's home and no host block device: for a call on the default image,
+/// a call on a rootfs directory, and `run` of a bundle on a runsbx image.
+fn no_host_path_in_view(fx: Fixture) {
+    let image = std::path::Path::new("/var/lib/runsbx/images/python/rootfs");
+    if !image.is_dir() {
+        skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
+    }
+    let home = match &fx.who {
+        Who::Root => std::path::PathBuf::from("/root"),
+        Who::User(u) => u.home.clone(),
+    };
+    let mut forbidden: Vec<std::path::PathBuf> = vec![
+        "/var/lib/runsbx".into(),
+        "/run/runsbx".into(),
+        "/run/runsbx-rootfs".into(),
+        "/run/user".into(),
+        home.join(".local/share/runsbx"),
+        home,
+        fx.dir.path().to_owned(),
+        fx.state.clone(),
+        support::rootfs().to_owned(),
+    ];
+    // Every block device and partition the host has, by its /dev name.
+    let devices: Vec<String> = std::fs::read_dir("/sys/class/block")
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!devices.is_empty(), "no block devices listed on this host");
+    forbidden.extend(devices.iter().map(|d| std::path::Path::new("/dev").join(d)));
+
+    let script = "cat /proc/self/mountinfo; echo ---; cat /proc/self/cgroup";
+    let rootfs = support::rootfs().to_str().unwrap();
+    let b = fx.bundle("b", &["sh", "-c", script], |c| {
+        c["root"]["path"] = json!(image.to_str().unwrap());
+        c["root"]["readonly"] = json!(true);
+        c["process"]["env"] = json!(["PATH=/usr/bin:/bin"]);
+    });
+    let views = [
+        (
+            "call on the default image",
+            fx.run(["call", "--", "sh", "-c", script]),
+        ),
+        (
+            "call --rootfs",
+            fx.run(["call", "--rootfs", rootfs, "--", "sh", "-c", script]),
+        ),
+        (
+            "run of a bundle on the image",
+            fx.run(["run", "--bundle", b.to_str().unwrap(), "c1"]),
+        ),
+    ];
+    for (what, out) in views {
+        assert_eq!(out.code, 0, "{what}: {out:?}");
+        let (mounts, cgroups) = out.stdout.split_once("---\n").unwrap();
+        assert!(mounts.lines().count() >= 3, "{what}: {out:?}");
+        assert!(cgroups.lines().count() >= 1, "{what}: {out:?}");
+        // Paths are compared whole, component by component ("/root" is not
+        // "/rootfs"), wherever they appear: a mount's root, its mount
+        // point, its source, its options (lowerdir=, upperdir=).
+        let words = out
+            .stdout
+            .split(|c: char| c.is_whitespace() || matches!(c, ',' | '=' | ':'))
+            .filter(|w| w.starts_with('/'));
+        for word in words {
+            let word = std::path::Path::new(word);
+            for bad in &forbidden {
+                assert!(
+                    !word.starts_with(bad),
+                    "{what}: the sandbox sees the host path {bad:?} in {word:?}:\n{}",
+                    out.stdout
+                );
+            }
+        }
+        for device in &devices {
+            assert!(
+                !out.stdout.split_whitespace().any(|w| w == device),
+                "{what}: the sandbox sees the host block device {device}:\n{}",
+                out.stdout
+            );
+        }
+        // The root is a filesystem of its own, read-only, and runsbx's.
+        let root = mounts
+            .lines()
+            .find(|l| l.split_whitespace().nth(4) == Some("/"))
+            .unwrap_or_else(|| panic!("{what}: no root mount: {out:?}"));
+        assert!(
+            root.split_whitespace().nth(3) == Some("/") && root.contains(" - overlay runsbx "),
+            "{what}: {root}"
+        );
+    }
+    fx.assert_clean();
+}
+as_root_and_rootless!(no_host_path_in_view: no_host_path_as_root, no_host_path_rootless);
+
 /// A token planted in the caller's home and in runsbx's environment never
 /// reaches the sandbox.
 fn secrets_do_not_reach(fx: Fixture) {

@@ -1,0 +1,196 @@
+//! The kernel's file-descriptor mount API (open_tree, mount_setattr,
+//! fsopen/fsconfig/fsmount, move_mount), which nix does not wrap: mounts
+//! are built detached, as fds, and attached only when complete.
+//!
+//! A detached mount has no place in any mount tree, so the kernel names it
+//! `/` wherever it is asked for its path; this is how the sandbox's root
+//! mount shows no host path (see [`read_only_view`]).
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+// From <linux/mount.h>; the libc crate does not carry them all.
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const MOUNT_ATTR_RDONLY: libc::c_uint = 0x1;
+const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const FSOPEN_CLOEXEC: libc::c_uint = 0x1;
+const FSMOUNT_CLOEXEC: libc::c_uint = 0x1;
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_SET_FD: libc::c_uint = 5;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+fn c_path(path: &Path) -> nix::Result<CString> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| nix::Error::EINVAL)
+}
+
+/// An fd returned by a syscall, or its errno.
+fn fd_from(ret: libc::c_long) -> nix::Result<OwnedFd> {
+    if ret < 0 {
+        return Err(nix::Error::last());
+    }
+    // SAFETY: the kernel just returned this fd and nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(ret as i32) })
+}
+
+fn unit_from(ret: libc::c_long) -> nix::Result<()> {
+    if ret < 0 {
+        Err(nix::Error::last())
+    } else {
+        Ok(())
+    }
+}
+
+/// A detached copy of the mount tree at `source` (open_tree with
+/// OPEN_TREE_CLONE | AT_RECURSIVE): `source` as a bind mount that is not
+/// attached anywhere yet.
+pub fn clone_tree(source: &Path) -> nix::Result<OwnedFd> {
+    let src = c_path(source)?;
+    // SAFETY: a C string we own; returns an fd or -1.
+    fd_from(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            src.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_RECURSIVE,
+        )
+    })
+}
+
+/// Maps the ids of every file under the detached `tree` through the user
+/// namespace `userns` (MOUNT_ATTR_IDMAP). EINVAL: the filesystem cannot be
+/// idmapped (overlayfs as a whole, for one).
+pub fn idmap(tree: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> nix::Result<()> {
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    // SAFETY: attr is a live, correctly sized mount_attr; the path is "".
+    unit_from(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+}
+
+/// Attaches the detached mount `mnt` at `target`.
+pub fn attach(mnt: BorrowedFd<'_>, target: &Path) -> nix::Result<()> {
+    let dst = c_path(target)?;
+    // SAFETY: C strings we own; returns 0 or -1.
+    unit_from(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            mnt.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            dst.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    })
+}
+
+/// A filesystem context being configured (fsopen); [`Context::mount`]
+/// creates it and returns the detached, read-only mount.
+struct Context(OwnedFd);
+
+impl Context {
+    fn open(fstype: &str) -> nix::Result<Self> {
+        let fstype = CString::new(fstype).map_err(|_| nix::Error::EINVAL)?;
+        // SAFETY: a C string we own; returns an fd or -1.
+        fd_from(unsafe { libc::syscall(libc::SYS_fsopen, fstype.as_ptr(), FSOPEN_CLOEXEC) })
+            .map(Self)
+    }
+
+    fn set(&self, key: &str, value: &str) -> nix::Result<()> {
+        let key = CString::new(key).map_err(|_| nix::Error::EINVAL)?;
+        let value = CString::new(value).map_err(|_| nix::Error::EINVAL)?;
+        // SAFETY: C strings we own; returns 0 or -1.
+        unit_from(unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                self.0.as_raw_fd(),
+                FSCONFIG_SET_STRING,
+                key.as_ptr(),
+                value.as_ptr(),
+                0,
+            )
+        })
+    }
+
+    fn set_fd(&self, key: &str, fd: BorrowedFd<'_>) -> nix::Result<()> {
+        let key = CString::new(key).map_err(|_| nix::Error::EINVAL)?;
+        // SAFETY: a C string we own and a live fd; returns 0 or -1.
+        unit_from(unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                self.0.as_raw_fd(),
+                FSCONFIG_SET_FD,
+                key.as_ptr(),
+                std::ptr::null::<libc::c_char>(),
+                fd.as_raw_fd(),
+            )
+        })
+    }
+
+    fn mount(self) -> nix::Result<OwnedFd> {
+        // SAFETY: no pointers; returns 0 or -1.
+        unit_from(unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                self.0.as_raw_fd(),
+                FSCONFIG_CMD_CREATE,
+                std::ptr::null::<libc::c_char>(),
+                std::ptr::null::<libc::c_char>(),
+                0,
+            )
+        })?;
+        // SAFETY: no pointers; returns an fd or -1.
+        fd_from(unsafe {
+            libc::syscall(
+                libc::SYS_fsmount,
+                self.0.as_raw_fd(),
+                FSMOUNT_CLOEXEC,
+                MOUNT_ATTR_RDONLY,
+            )
+        })
+    }
+}
+
+/// The name the sandbox's root filesystem shows as its source.
+const SOURCE: &str = "runsbx";
+
+/// A read-only overlay whose only content is the detached `tree`: the same
+/// files, ids and modes, but a filesystem of its own, so that the
+/// sandbox's mountinfo shows its root as `/` on `overlay runsbx` rather
+/// than the image's host directory on the host's block device. The layer
+/// is handed over as an fd (Linux 6.13), and the kernel names a detached
+/// layer `/`. overlayfs needs two layers when there is no upper one; the
+/// second is an empty read-only tmpfs, below the image.
+pub fn read_only_view(tree: BorrowedFd<'_>) -> nix::Result<OwnedFd> {
+    let empty = Context::open("tmpfs")?;
+    empty.set("source", SOURCE)?;
+    let empty = empty.mount()?;
+    let overlay = Context::open("overlay")?;
+    overlay.set("source", SOURCE)?;
+    overlay.set_fd("lowerdir+", tree)?;
+    overlay.set_fd("lowerdir+", empty.as_fd())?;
+    overlay.mount()
+}
