@@ -4,11 +4,71 @@ use std::path::PathBuf;
 
 use libcontainer::error::LibcontainerError;
 
+/// What went wrong, in the terms a caller acts on. Every [`RuntimeError`]
+/// has one; it decides both exit codes, and it is the `kind` of a call's
+/// error object (`runsbx.call/v1`), where every refusal before the command
+/// ran is `bad_input`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum ErrorKind {
+    /// An input was invalid: a container id, a bundle, config.json, an
+    /// option, a signal.
+    #[serde(rename = "bad_input")]
+    BadInput,
+    /// No container has that id, or no image that name.
+    #[serde(rename = "bad_input")]
+    Missing,
+    /// The container or image exists already, or is in the wrong state.
+    #[serde(rename = "bad_input")]
+    Conflict,
+    /// What this host or mode cannot give (a cgroup, rootless on v1).
+    #[serde(rename = "bad_input")]
+    Unsupported,
+    /// The sandbox policy refuses what the spec asks for; the message names
+    /// the profile key that would allow it.
+    #[serde(rename = "refused")]
+    Refused,
+    /// The command is not in the image.
+    #[serde(rename = "not_found")]
+    CommandNotFound,
+    /// The command is in the image but cannot be executed.
+    #[serde(rename = "not_executable")]
+    CommandNotExecutable,
+    /// The operation failed on the host (a syscall, libcontainer, the
+    /// kernel).
+    #[serde(rename = "failure")]
+    Failure,
+}
+
+impl ErrorKind {
+    /// runsbx's exit code, runc-style (the table in README.md, "Exit
+    /// codes"). `run` and `exec` in the foreground return the container's
+    /// own exit code instead; these are for when runsbx got no further.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            Self::Failure => exit::FAILURE,
+            Self::BadInput | Self::CommandNotExecutable => exit::INVALID_INPUT,
+            Self::Missing | Self::CommandNotFound => exit::NOT_FOUND,
+            Self::Conflict => exit::CONFLICT,
+            Self::Unsupported => exit::UNSUPPORTED,
+            Self::Refused => exit::REFUSED,
+        }
+    }
+
+    /// `runsbx call`'s exit code when the call did not run its command to
+    /// an end (README.md, "Tool calls").
+    pub fn call_exit_code(self) -> i32 {
+        match self {
+            Self::Failure => call_exit::FAILURE,
+            Self::BadInput | Self::Missing | Self::Conflict | Self::Unsupported | Self::Refused => {
+                call_exit::BAD_INPUT
+            }
+            Self::CommandNotExecutable => call_exit::NOT_EXECUTABLE,
+            Self::CommandNotFound => call_exit::NOT_FOUND,
+        }
+    }
+}
+
 /// Exit codes of `runsbx` for failures of the runtime itself.
-///
-/// `run` and `exec` in the foreground return the container's own exit code
-/// instead (128 + N when it was killed by signal N); these are what runsbx
-/// returns when it could not get that far. They are listed in README.md.
 pub mod exit {
     /// The operation failed on the host (a syscall, libcontainer, the kernel).
     pub const FAILURE: i32 = 1;
@@ -30,10 +90,30 @@ pub mod exit {
     pub const REFUSED: i32 = 7;
 }
 
+/// The exit codes of `runsbx call` for what is not the command's own exit
+/// (which is passed through, 128 + N for signal N).
+pub mod call_exit {
+    /// The runtime failed on the host while running the call.
+    pub const FAILURE: i32 = 123;
+    /// The deadline passed; the sandbox was killed.
+    pub const TIMED_OUT: i32 = 124;
+    /// The call was refused before it ran: a bad option, an unknown image,
+    /// a missing input, a policy refusal.
+    pub const BAD_INPUT: i32 = 125;
+    /// The command exists in the image but cannot be executed.
+    pub const NOT_EXECUTABLE: i32 = 126;
+    /// The command does not exist in the image.
+    pub const NOT_FOUND: i32 = 127;
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum RuntimeError {
-    #[error("invalid container id `{id}`: {reason} (use 1-{max} characters from [A-Za-z0-9_+.-], not `.` or `..`)", max = crate::root::MAX_ID_LEN)]
-    InvalidId { id: String, reason: String },
+    #[error("invalid container id `{id}`: {reason} (use 1-{max} characters from [A-Za-z0-9_+.-], not `.` or `..`)")]
+    InvalidId {
+        id: String,
+        reason: String,
+        max: usize,
+    },
 
     #[error("bundle {bundle:?}: {reason}")]
     Bundle { bundle: PathBuf, reason: String },
@@ -63,7 +143,7 @@ pub enum RuntimeError {
     #[error(
         "image `{name}` not found (searched {}); `runsbx image ls` lists the images; \
          make one with `sudo runsbx image build python` or `runsbx image import FILE --name {name}`",
-        crate::image::display_dirs(.searched)
+        .searched.iter().map(|d| format!("{d:?}")).collect::<Vec<_>>().join(", ")
     )]
     ImageNotFound {
         name: String,
@@ -113,30 +193,35 @@ pub enum RuntimeError {
 }
 
 impl RuntimeError {
-    /// The process exit code that stands for this error.
-    pub fn exit_code(&self) -> i32 {
+    /// What went wrong, for the exit code and a call's error object.
+    pub fn kind(&self) -> ErrorKind {
         match self {
             Self::InvalidId { .. } | Self::Bundle { .. } | Self::InvalidArgument { .. } => {
-                exit::INVALID_INPUT
+                ErrorKind::BadInput
             }
-            Self::NotFound { .. } | Self::ImageNotFound { .. } => exit::NOT_FOUND,
+            Self::NotFound { .. } | Self::ImageNotFound { .. } => ErrorKind::Missing,
             Self::Exists { .. }
             | Self::WrongState { .. }
             | Self::ImageExists { .. }
-            | Self::ImageInUse { .. } => exit::CONFLICT,
-            Self::CommandNotFound { .. } => exit::NOT_FOUND,
-            Self::CommandNotExecutable { .. } => exit::INVALID_INPUT,
-            Self::Unsupported { .. } => exit::UNSUPPORTED,
+            | Self::ImageInUse { .. } => ErrorKind::Conflict,
+            Self::CommandNotFound { .. } => ErrorKind::CommandNotFound,
+            Self::CommandNotExecutable { .. } => ErrorKind::CommandNotExecutable,
+            Self::Unsupported { .. } => ErrorKind::Unsupported,
             Self::Policy(e) => match e {
-                runsbx_policy::PolicyError::Refused { .. } => exit::REFUSED,
-                runsbx_policy::PolicyError::HostMissing { .. } => exit::UNSUPPORTED,
+                runsbx_policy::PolicyError::Refused { .. } => ErrorKind::Refused,
+                runsbx_policy::PolicyError::HostMissing { .. } => ErrorKind::Unsupported,
                 runsbx_policy::PolicyError::Verify(_) | runsbx_policy::PolicyError::Internal(_) => {
-                    exit::FAILURE
+                    ErrorKind::Failure
                 }
-                _ => exit::INVALID_INPUT,
+                _ => ErrorKind::BadInput,
             },
-            Self::Container { .. } | Self::Io { .. } | Self::Sys { .. } => exit::FAILURE,
+            Self::Container { .. } | Self::Io { .. } | Self::Sys { .. } => ErrorKind::Failure,
         }
+    }
+
+    /// runsbx's exit code for this error.
+    pub fn exit_code(&self) -> i32 {
+        self.kind().exit_code()
     }
 
     pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {

@@ -33,7 +33,7 @@ mod supervise;
 pub mod supervisor;
 pub mod update;
 
-pub use error::{exit, Result, RuntimeError};
+pub use error::{exit, ErrorKind, Result, RuntimeError};
 pub use libcontainer::oci_spec;
 pub use root::StateRoot;
 

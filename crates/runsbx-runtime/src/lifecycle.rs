@@ -131,7 +131,7 @@ pub fn run(
     let status = guard.wait_forwarding(pid);
     // Ended by its deadline: the code `runsbx call` gives a timeout.
     let status = match supervisor::ended(root, id).as_deref() {
-        Some(supervisor::TIMED_OUT) => Ok(crate::call::exit::TIMED_OUT),
+        Some(supervisor::TIMED_OUT) => Ok(crate::error::call_exit::TIMED_OUT),
         _ => status,
     };
     if !keep {

@@ -26,6 +26,7 @@ pub fn validate_id(id: &str) -> Result<()> {
         Err(RuntimeError::InvalidId {
             id: id.chars().take(MAX_ID_LEN + 8).collect(),
             reason: reason.to_owned(),
+            max: MAX_ID_LEN,
         })
     };
     if id.is_empty() {

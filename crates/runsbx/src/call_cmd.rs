@@ -83,16 +83,17 @@ pub fn run(root: &StateRoot, args: Call, config: Option<PathBuf>) -> Result<i32>
             // Refused before anything ran: the same error shape as a
             // refusal inside the call.
             let message = format!("{e:#}");
+            let error = call::CallError::bad_input(message);
             if json {
                 print_json(&serde_json::json!({
                     "schema": call::SCHEMA,
                     "status": "error",
-                    "error": {"kind": "bad_input", "message": message},
+                    "error": error,
                 }))?;
             } else {
-                eprintln!("runsbx: call: {message}");
+                eprintln!("runsbx: call: {}", error.message);
             }
-            return Ok(call::exit::BAD_INPUT);
+            return Ok(error.kind.call_exit_code());
         }
     };
     let (result, tails) = call::call(root, &req);

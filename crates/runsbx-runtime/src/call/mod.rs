@@ -40,7 +40,7 @@ pub use capture::Stream;
 pub use sweep::sweep;
 pub use workspace::{Input, OutputFile};
 
-use crate::error::{Result, RuntimeError};
+use crate::error::{ErrorKind, Result, RuntimeError};
 use crate::image::ImageStore;
 use crate::policy::Policy;
 use crate::root::StateRoot;
@@ -49,21 +49,7 @@ use crate::{bundle, cgroupless, host, lifecycle, netns};
 /// The version of the result's schema; see README.md "runsbx call".
 pub const SCHEMA: &str = "runsbx.call/v1";
 
-/// The exit codes of `runsbx call` for what is not the command's own exit
-/// (which is passed through, 128 + N for signal N). Documented in README.md.
-pub mod exit {
-    /// The runtime failed on the host while running the call.
-    pub const FAILURE: i32 = 123;
-    /// The deadline passed; the sandbox was killed.
-    pub const TIMED_OUT: i32 = 124;
-    /// The call was refused before it ran: a bad option, an unknown image,
-    /// a missing input, a policy refusal.
-    pub const BAD_INPUT: i32 = 125;
-    /// The command exists in the image but cannot be executed.
-    pub const NOT_EXECUTABLE: i32 = 126;
-    /// The command does not exist in the image.
-    pub const NOT_FOUND: i32 = 127;
-}
+pub use crate::error::call_exit as exit;
 
 /// Where the call's stdin comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -156,9 +142,21 @@ pub struct Limits {
 
 #[derive(Debug, Clone, Serialize)]
 pub struct CallError {
-    /// `bad_input`, `not_found`, `not_executable`, `refused`, `failure`.
-    pub kind: &'static str,
+    /// Serialised as `bad_input`, `not_found`, `not_executable`, `refused`
+    /// or `failure`.
+    pub kind: ErrorKind,
     pub message: String,
+}
+
+impl CallError {
+    /// A call refused before anything was made (an option that does not
+    /// parse, say).
+    pub fn bad_input(message: String) -> Self {
+        Self {
+            kind: ErrorKind::BadInput,
+            message,
+        }
+    }
 }
 
 /// The result of one call; the JSON schema `runsbx.call/v1`.
@@ -192,12 +190,7 @@ impl CallResult {
             (Status::Exited, _) => self.exit_code.unwrap_or(exit::FAILURE),
             (Status::Signaled | Status::Interrupted, _) => self.exit_code.unwrap_or(exit::FAILURE),
             (Status::TimedOut, _) => exit::TIMED_OUT,
-            (Status::Error, Some(e)) => match e.kind {
-                "bad_input" | "refused" => exit::BAD_INPUT,
-                "not_found" => exit::NOT_FOUND,
-                "not_executable" => exit::NOT_EXECUTABLE,
-                _ => exit::FAILURE,
-            },
+            (Status::Error, Some(e)) => e.kind.call_exit_code(),
             (Status::Error, None) => exit::FAILURE,
         }
     }
@@ -242,7 +235,7 @@ pub fn call(root: &StateRoot, req: &CallRequest) -> (CallResult, Tails) {
     if let Err(e) = run(root, req, &id, &mut result, &mut tails) {
         result.status = Status::Error;
         result.error = Some(CallError {
-            kind: kind_of(&e),
+            kind: e.kind(),
             message: format!("{:#}", ErrorChain(&e)),
         });
     }
@@ -262,19 +255,6 @@ impl std::fmt::Display for ErrorChain<'_> {
             source = s.source();
         }
         Ok(())
-    }
-}
-
-fn kind_of(e: &RuntimeError) -> &'static str {
-    match e {
-        RuntimeError::CommandNotFound { .. } => "not_found",
-        RuntimeError::CommandNotExecutable { .. } => "not_executable",
-        RuntimeError::Policy(runsbx_policy::PolicyError::Refused { .. }) => "refused",
-        RuntimeError::Policy(
-            runsbx_policy::PolicyError::Verify(_) | runsbx_policy::PolicyError::Internal(_),
-        ) => "failure",
-        e if e.exit_code() == crate::exit::FAILURE => "failure",
-        _ => "bad_input",
     }
 }
 
@@ -1007,9 +987,32 @@ mod tests {
         assert_eq!(r.exit_code(), exit::TIMED_OUT);
         r.status = Status::Error;
         r.error = Some(CallError {
-            kind: "not_found",
+            kind: ErrorKind::CommandNotFound,
             message: String::new(),
         });
         assert_eq!(r.exit_code(), exit::NOT_FOUND);
+        // The error object's kind is one of the five the schema documents.
+        let kinds = [
+            (ErrorKind::BadInput, "bad_input", exit::BAD_INPUT),
+            (ErrorKind::Missing, "bad_input", exit::BAD_INPUT),
+            (ErrorKind::Conflict, "bad_input", exit::BAD_INPUT),
+            (ErrorKind::Unsupported, "bad_input", exit::BAD_INPUT),
+            (ErrorKind::Refused, "refused", exit::BAD_INPUT),
+            (ErrorKind::CommandNotFound, "not_found", exit::NOT_FOUND),
+            (
+                ErrorKind::CommandNotExecutable,
+                "not_executable",
+                exit::NOT_EXECUTABLE,
+            ),
+            (ErrorKind::Failure, "failure", exit::FAILURE),
+        ];
+        for (kind, name, code) in kinds {
+            assert_eq!(serde_json::to_value(kind).unwrap(), name);
+            r.error = Some(CallError {
+                kind,
+                message: String::new(),
+            });
+            assert_eq!(r.exit_code(), code, "{kind:?}");
+        }
     }
 }

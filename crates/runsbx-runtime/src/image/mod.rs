@@ -372,14 +372,6 @@ pub fn validate_name(name: &str) -> Result<()> {
     ))
 }
 
-/// The directories of an error message, comma-separated.
-pub(crate) fn display_dirs(dirs: &[PathBuf]) -> String {
-    dirs.iter()
-        .map(|d| format!("{d:?}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// The default data directory of the caller.
 pub(crate) fn default_data_dir() -> Result<PathBuf> {
     if !host::rootless() {
