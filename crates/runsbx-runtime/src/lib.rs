@@ -1,41 +1,28 @@
 //! runsbx-runtime: every side effect of runsbx. The binary parses
 //! arguments and calls one function here; this crate talks to the kernel
 //! (through libcontainer and nix) and keeps the state.
+//!
+//! - `ops/`: the runc verbs, one file each;
+//! - `call/`: `runsbx call`, one tool call in a fresh sandbox;
+//! - `sandbox/`: what runs or is checked beside a live sandbox;
+//! - `state/`: what is kept on disk;
+//! - `sys/`: one module per kernel mechanism;
+//! - `image/`: the image store;
+//! - `policy.rs`: the I/O around the pure policy crate;
+//! - `error.rs`: one error type, one kind, the exit-code tables.
 
-pub mod bundle;
 pub mod call;
-mod cgroup_claim;
-mod cgroupless;
-pub mod check;
-pub mod egress;
 pub mod error;
-pub mod exec;
-mod exec_guard;
-pub mod features;
-pub mod host;
 pub mod image;
-pub mod lifecycle;
-mod mountinfo;
-mod netns;
-mod newmount;
-mod pod;
+pub mod ops;
 pub mod policy;
-mod procs;
-pub mod query;
-mod reclaim;
-mod record;
-pub mod root;
-mod rtnl;
-pub mod signal;
-pub mod spec;
-mod stage;
-mod supervise;
-pub mod supervisor;
-pub mod update;
+pub mod sandbox;
+pub mod state;
+pub mod sys;
 
 pub use error::{exit, ErrorKind, Result, RuntimeError};
 pub use libcontainer::oci_spec;
-pub use root::StateRoot;
+pub use state::root::StateRoot;
 
 /// The version of libcontainer runsbx is built on, for `--version`.
 pub const LIBCONTAINER_VERSION: &str = "0.7.0";

@@ -3,8 +3,7 @@
 //! verify. The policy itself is pure; this is the I/O around it.
 
 use std::fs;
-use std::os::unix::fs::DirBuilderExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use libcontainer::oci_spec::runtime::Spec;
 use nix::unistd::{Gid, Uid};
@@ -13,14 +12,10 @@ use runsbx_policy::{
 };
 
 use crate::error::{Result, RuntimeError};
-use crate::host;
+use crate::sys::privilege;
 
 /// The operator config read when `--config` is not given.
 pub const DEFAULT_CONFIG: &str = "/etc/runsbx/config.toml";
-
-/// Where id-range allocations live: one file per live sandbox, across every
-/// state root, so that no two sandboxes share host ids.
-pub(crate) const ID_DIR: &str = "/run/runsbx-ids";
 
 /// The operator config and the profile it picks.
 #[derive(Debug, Clone)]
@@ -101,14 +96,14 @@ pub(crate) fn policy_err(e: PolicyError) -> RuntimeError {
 /// What this host gives, as the policy needs to know it.
 pub fn host_facts(id_range: Option<IdRange>) -> HostFacts {
     HostFacts {
-        rootless: host::rootless(),
+        rootless: privilege::rootless(),
         uid: Uid::effective().as_raw(),
         gid: Gid::effective().as_raw(),
         id_range,
         user_namespaces: user_namespaces_enabled(),
         // Built with libcontainer's libseccomp feature; the kernel side:
         seccomp: fs::read_to_string("/proc/self/status").is_ok_and(|s| s.contains("\nSeccomp:")),
-        cgroups: host::can_manage_cgroups(),
+        cgroups: privilege::can_manage_cgroups(),
         proc_subset: kernel_at_least(5, 8),
         call_workspace: None,
         pod: None,
@@ -122,8 +117,8 @@ fn user_namespaces_enabled() -> bool {
             .and_then(|s| s.trim().parse::<u64>().ok())
     };
     read("/proc/sys/user/max_user_namespaces").is_some_and(|n| n > 0)
-        && (!host::rootless()
-            || host::in_user_namespace()
+        && (!privilege::rootless()
+            || privilege::in_user_namespace()
             || read("/proc/sys/kernel/unprivileged_userns_clone").is_none_or(|v| v == 1))
 }
 
@@ -155,53 +150,4 @@ pub fn apply(
     let hardened = harden(spec, &profile, &host).map_err(policy_err)?;
     verify(&hardened.spec, &profile, &host).map_err(policy_err)?;
     Ok(hardened)
-}
-
-/// An id range allocated to one sandbox (as root), released by
-/// [`release_id_range`].
-pub fn allocate_id_range(config: &OperatorConfig, owner: &str) -> Result<(u32, IdRange)> {
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(ID_DIR)
-        .map_err(|e| RuntimeError::io(format!("create {ID_DIR}"), e))?;
-    // Start from a hash of the owner so that concurrent creates rarely
-    // collide; O_EXCL settles it when they do.
-    let start = owner
-        .bytes()
-        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-    for i in 0..config.uid_ranges {
-        let slot = (start.wrapping_add(i)) % config.uid_ranges;
-        let path = PathBuf::from(ID_DIR).join(slot.to_string());
-        match crate::record::create_whole(&path, owner.as_bytes()) {
-            Ok(true) => {
-                let base = config.uid_base + slot * config.uid_range_size;
-                return Ok((
-                    slot,
-                    IdRange {
-                        base,
-                        size: config.uid_range_size,
-                    },
-                ));
-            }
-            Ok(false) => continue,
-            Err(e) => {
-                return Err(RuntimeError::io(
-                    format!("allocate an id range in {ID_DIR}"),
-                    e,
-                ))
-            }
-        }
-    }
-    Err(RuntimeError::unsupported(
-        "allocate an id range",
-        format!(
-            "all {} ranges in {ID_DIR} are in use (uid_ranges in the operator config)",
-            config.uid_ranges
-        ),
-    ))
-}
-
-pub fn release_id_range(slot: u32) {
-    let _ = fs::remove_file(PathBuf::from(ID_DIR).join(slot.to_string()));
 }

@@ -8,7 +8,10 @@ use anyhow::{Context, Result};
 use liboci_cli::{CommonCmd, StandardCmd};
 use runsbx_runtime::oci_spec::runtime::LinuxResources;
 use runsbx_runtime::{
-    check, exec, features, lifecycle, query, root, signal, spec, update, StateRoot,
+    ops::{self, check, exec, features, query, spec, update},
+    state::root,
+    sys::signal,
+    StateRoot,
 };
 
 use crate::cli::{Cli, Command};
@@ -19,7 +22,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
     match cli.command {
         Command::Call(a) => return crate::call_cmd::run(&root()?, *a, cli.global.config.clone()),
         Command::Harden(a) => {
-            let hardened = lifecycle::harden_bundle(&a.bundle, cli.global.config.as_deref())?;
+            let hardened = ops::harden_bundle(&a.bundle, cli.global.config.as_deref())?;
             print_json(&serde_json::json!({
                 "changes": hardened.changes,
                 "attestation": hardened.attestation,
@@ -45,7 +48,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         }
         Command::Standard(cmd) => match cmd {
             StandardCmd::Create(a) => {
-                let opts = lifecycle::CreateOptions {
+                let opts = ops::CreateOptions {
                     bundle: a.bundle,
                     pid_file: a.pid_file,
                     console_socket: a.console_socket,
@@ -53,19 +56,19 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
                     no_pivot: a.no_pivot,
                     config: cli.global.config.clone(),
                 };
-                lifecycle::create(&root()?, &a.container_id, &opts)?;
+                ops::create(&root()?, &a.container_id, &opts)?;
             }
-            StandardCmd::Start(a) => lifecycle::start(&root()?, &a.container_id)?,
+            StandardCmd::Start(a) => ops::start(&root()?, &a.container_id)?,
             StandardCmd::State(a) => print_json(&query::state(&root()?, &a.container_id)?)?,
             StandardCmd::Kill(a) => {
                 let sig = signal::parse(&a.signal)?;
-                lifecycle::kill(&root()?, &a.container_id, sig, a.all)?;
+                ops::kill(&root()?, &a.container_id, sig, a.all)?;
             }
-            StandardCmd::Delete(a) => lifecycle::delete(&root()?, &a.container_id, a.force)?,
+            StandardCmd::Delete(a) => ops::delete(&root()?, &a.container_id, a.force)?,
         },
         Command::Common(cmd) => match *cmd {
             CommonCmd::Run(a) => {
-                let opts = lifecycle::CreateOptions {
+                let opts = ops::CreateOptions {
                     bundle: a.bundle,
                     pid_file: a.pid_file,
                     console_socket: a.console_socket,
@@ -73,7 +76,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
                     no_pivot: a.no_pivot,
                     config: cli.global.config.clone(),
                 };
-                return Ok(lifecycle::run(
+                return Ok(ops::run(
                     &root()?,
                     &a.container_id,
                     &opts,
@@ -103,8 +106,8 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
             }
             CommonCmd::Ps(a) => ps(&root()?, &a.container_id, &a.format, &a.ps_options)?,
             CommonCmd::List(a) => list(&root()?, &a.format, a.quiet)?,
-            CommonCmd::Pause(a) => lifecycle::pause(&root()?, &a.container_id)?,
-            CommonCmd::Resume(a) => lifecycle::resume(&root()?, &a.container_id)?,
+            CommonCmd::Pause(a) => ops::pause(&root()?, &a.container_id)?,
+            CommonCmd::Resume(a) => ops::resume(&root()?, &a.container_id)?,
             CommonCmd::Events(a) => {
                 anyhow::ensure!(
                     a.stats,

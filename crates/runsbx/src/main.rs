@@ -12,7 +12,7 @@ use clap::Parser;
 use runsbx_runtime::{exit, RuntimeError};
 
 fn main() {
-    runsbx_runtime::signal::restore_default_sigpipe();
+    runsbx_runtime::sys::signal::restore_default_sigpipe();
     let cli = cli::Cli::parse();
     let logs_to_file = cli.global.log.is_some();
     let code = match run(cli) {

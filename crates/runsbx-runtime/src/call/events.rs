@@ -7,13 +7,13 @@ use std::path::{Path, PathBuf};
 
 use libcontainer::oci_spec::runtime::Spec;
 
-use crate::host::{self, CgroupLayout};
+use crate::sys::privilege::{self, CgroupLayout};
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// (memory limit hit, pids limit hit), each `None` when unknown.
 pub fn limit_hits(spec: &Spec) -> (Option<bool>, Option<bool>) {
-    if !host::can_manage_cgroups() {
+    if !privilege::can_manage_cgroups() {
         return (None, None);
     }
     let Some(path) = spec.linux().as_ref().and_then(|l| l.cgroups_path().clone()) else {
@@ -21,7 +21,7 @@ pub fn limit_hits(spec: &Spec) -> (Option<bool>, Option<bool>) {
     };
     let rel = path.strip_prefix("/").unwrap_or(&path).to_path_buf();
     let file = |controller: &str, name: &str| -> PathBuf {
-        match host::cgroup_layout() {
+        match privilege::cgroup_layout() {
             CgroupLayout::V2 => Path::new(CGROUP_ROOT).join(&rel).join(name),
             _ => Path::new(CGROUP_ROOT)
                 .join(controller)
@@ -29,7 +29,7 @@ pub fn limit_hits(spec: &Spec) -> (Option<bool>, Option<bool>) {
                 .join(name),
         }
     };
-    let memory = match host::cgroup_layout() {
+    let memory = match privilege::cgroup_layout() {
         CgroupLayout::V2 => counter(&file("memory", "memory.events"), "oom_kill"),
         _ => counter(&file("memory", "memory.oom_control"), "oom_kill"),
     };

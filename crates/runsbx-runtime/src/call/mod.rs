@@ -42,9 +42,14 @@ pub use workspace::{Input, OutputFile};
 
 use crate::error::{ErrorKind, Result, RuntimeError};
 use crate::image::ImageStore;
+use crate::ops::create;
 use crate::policy::Policy;
-use crate::root::StateRoot;
-use crate::{bundle, cgroupless, host, lifecycle, netns};
+use crate::sandbox::network;
+use crate::sandbox::teardown;
+use crate::state::container;
+use crate::state::root::StateRoot;
+use crate::sys::userns;
+use crate::{state::bundle, sys::cgroupless, sys::netns, sys::privilege};
 
 /// The version of the result's schema; see README.md "runsbx call".
 pub const SCHEMA: &str = "runsbx.call/v1";
@@ -104,7 +109,7 @@ pub struct Egress {
 
 /// The port of the egress proxy inside the sandbox (its own netns: any
 /// fixed port is free there).
-pub const PROXY_PORT: u16 = crate::egress::PROXY_PORT;
+pub const PROXY_PORT: u16 = crate::sandbox::egress::PROXY_PORT;
 
 /// The egress part of the result.
 #[derive(Debug, Clone, Serialize)]
@@ -290,12 +295,12 @@ fn run(
     // Abandoned calls are swept before the re-exec below: an unprivileged
     // caller may see the fds of a dead call's processes only from the user
     // namespace it made that call's namespaces from.
-    if cgroupless::userns_from().is_none() {
+    if userns::userns_from().is_none() {
         sweep(root);
     }
     // Unprivileged: runsbx continues in a user namespace of its own, where
     // it may mount (see cgroupless.rs). Nothing has been made yet.
-    cgroupless::reexec_in_own_userns()?;
+    userns::reexec_in_own_userns()?;
     if req.command.is_empty() {
         return Err(RuntimeError::invalid(
             "runsbx call",
@@ -358,7 +363,7 @@ fn run(
         env.extend(runsbx_proxy::proxy_env(PROXY_PORT));
     }
     resolve_command(&rootfs, &req.command[0], &env)?;
-    if host::rootless()
+    if privilege::rootless()
         && pathrs::Root::open(&rootfs)
             .and_then(|r| r.resolve("/workspace"))
             .is_err()
@@ -407,20 +412,20 @@ fn run(
         let (uid, gid) = root_ids(spec);
         ws.give_to(uid, gid)
     };
-    let parts = lifecycle::CallParts {
+    let parts = create::CallParts {
         stdin,
         stdout: out_w,
         stderr: err_w,
         workspace: Some(&ws.dir),
         prepare: &mut give_workspace,
     };
-    let mut container = lifecycle::create_for_call(root, id, &source, &policy, parts, &lock)?;
+    let mut container = create::create_for_call(root, id, &source, &policy, parts, &lock)?;
     let cleanup = Cleanup {
         root,
         id,
         done: false,
     };
-    let init = lifecycle::init_pid(&container)?;
+    let init = container::init_pid(&container)?;
     let effective = bundle::Effective::path(root, id);
     let config: Spec = fs::read_to_string(effective.join("config.json"))
         .ok()
@@ -466,10 +471,10 @@ fn run(
         }
         None => None,
     };
-    lifecycle::recheck_network(&container, "start")?;
+    network::recheck_network(&container, "start")?;
     container
         .start()
-        .map_err(|e| lifecycle::op_err("start", id, e))?;
+        .map_err(|e| container::op_err("start", id, e))?;
     if let Some(report) = bundle::Effective::report(&effective) {
         result.attestation = report["attestation"].clone();
     }
@@ -576,8 +581,8 @@ impl Drop for Cleanup<'_> {
 }
 
 fn remove_container(root: &StateRoot, id: &str) -> Result<()> {
-    match lifecycle::load(root, id) {
-        Ok(mut c) => lifecycle::destroy(root, &mut c),
+    match container::load(root, id) {
+        Ok(mut c) => teardown::destroy(root, &mut c),
         Err(RuntimeError::NotFound { .. }) => Ok(()),
         Err(e) => Err(e),
     }
@@ -889,7 +894,7 @@ fn call_spec(rootfs: &Path, req: &CallRequest, env: Vec<String>) -> Result<Spec>
     let invalid = |e: libcontainer::oci_spec::OciSpecError| {
         RuntimeError::invalid("build the call's spec", e.to_string())
     };
-    let mut spec = crate::spec::default_spec(host::rootless())?;
+    let mut spec = crate::ops::spec::default_spec(privilege::rootless())?;
     let process = ProcessBuilder::default()
         .args(req.command.clone())
         .env(env)

@@ -15,7 +15,7 @@ use std::os::unix::fs::MetadataExt;
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use crate::root::StateRoot;
+use crate::state::root::StateRoot;
 
 /// Sweeps every abandoned call of `root`. Best effort: what cannot be
 /// removed is logged and left for the next sweep.
@@ -33,7 +33,7 @@ pub fn sweep(root: &StateRoot) {
         tracing::info!(id, "removing what an interrupted call left behind");
         // No user namespace to search by here: a dead call's namespace
         // number may already be a live one's. Its watchdog searched it.
-        crate::reclaim::reclaim(root, &id, None);
+        crate::sandbox::teardown::reclaim(root, &id, None);
         let _ = fs::remove_dir_all(entry.path());
     }
     // A call killed between taking its lock and making its directory left
@@ -66,7 +66,7 @@ impl Watchdog {
     /// Forks the watchdog. Call it before the container is created (the
     /// process must still be single-threaded) and after the call's
     /// directory exists.
-    pub(crate) fn spawn(root: &StateRoot, id: &str) -> crate::Result<Self> {
+    pub(crate) fn spawn(root: &StateRoot, id: &str) -> crate::error::Result<Self> {
         use crate::error::RuntimeError;
         use nix::unistd::{fork, ForkResult};
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
@@ -165,12 +165,12 @@ fn watch(root: &StateRoot, id: &str, parent: Pid, disarm: std::os::fd::OwnedFd) 
 fn abandon(root: &StateRoot, id: &str) -> i32 {
     // Rootless, everything the call made is in this watchdog's own user
     // namespace (alive: its number cannot have been reused) or below it.
-    let userns = crate::cgroupless::userns_from()
+    let userns = crate::sys::userns::userns_from()
         .and_then(|_| fs::metadata("/proc/self/ns/user").ok())
         .map(|m| m.ino());
     match root.lock(id) {
         Ok(_lock) => {
-            crate::reclaim::reclaim(root, id, userns);
+            crate::sandbox::teardown::reclaim(root, id, userns);
             // The watchdog shares the call's private mount namespace: the
             // workspace tmpfs is still mounted here.
             let dir = root.path().join("@calls").join(id);

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use super::layer::Unpacker;
 use super::{progress, validate_name, ImageConfig};
 use crate::error::{Result, RuntimeError};
-use crate::host;
+use crate::sys::privilege;
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
@@ -171,7 +171,7 @@ impl Archive {
                 ));
             }
         }
-        let mut unpacker = Unpacker::new(rootfs, !host::rootless())?;
+        let mut unpacker = Unpacker::new(rootfs, !privilege::rootless())?;
         let total = self.layers.len();
         for (i, layer) in self.layers.iter().enumerate() {
             let what = format!(

@@ -15,8 +15,8 @@ use serde::Deserialize;
 use super::layer::children;
 use super::{progress, ImageConfig};
 use crate::error::{Result, RuntimeError};
-use crate::host;
-use crate::mountinfo::unmount_under;
+use crate::sys::mountinfo::unmount_under;
+use crate::sys::privilege;
 
 /// The recipes runsbx can build, by image name.
 const RECIPES: &[(&str, &str)] = &[(
@@ -75,7 +75,7 @@ impl Plan {
 pub(super) fn plan(name: &str, opts: &BuildOptions) -> Result<Plan> {
     let recipe = recipe(name)?;
     let what = format!("image build {name}");
-    if host::rootless() {
+    if privilege::rootless() {
         return Err(RuntimeError::unsupported(
             what,
             format!(

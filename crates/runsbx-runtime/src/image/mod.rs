@@ -28,7 +28,7 @@ use nix::unistd::Uid;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Result, RuntimeError};
-use crate::host;
+use crate::sys::privilege;
 
 pub use build::BuildOptions;
 
@@ -374,7 +374,7 @@ pub fn validate_name(name: &str) -> Result<()> {
 
 /// The default data directory of the caller.
 pub(crate) fn default_data_dir() -> Result<PathBuf> {
-    if !host::rootless() {
+    if !privilege::rootless() {
         return Ok(PathBuf::from(SYSTEM_DATA_DIR));
     }
     let env_dir = |var: &str| {
@@ -469,7 +469,7 @@ fn sweep_stale(images: &Path) {
 /// killed debootstrap leaves them), then the files, making directories
 /// writable when a rootless caller cannot otherwise delete from them.
 pub(crate) fn remove_tree(path: &Path) -> Result<()> {
-    crate::mountinfo::unmount_under(path)?;
+    crate::sys::mountinfo::unmount_under(path)?;
     let ctx = || format!("remove {path:?}");
     match fs::remove_dir_all(path) {
         Ok(()) => return Ok(()),

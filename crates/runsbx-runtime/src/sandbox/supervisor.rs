@@ -23,7 +23,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::{fork, ForkResult, Pid};
 
 use crate::error::{Result, RuntimeError};
-use crate::root::StateRoot;
+use crate::state::root::StateRoot;
 
 /// The file in a container's state directory that says why runsbx ended
 /// it, when it did.
@@ -47,7 +47,7 @@ pub(crate) fn spawn(root: &StateRoot, id: &str, init: Pid, duties: Duties) -> Re
     if duties.proxy.is_none() && duties.deadline.is_none() {
         return Ok(());
     }
-    let pidfd = crate::procs::pidfd_open(init)?;
+    let pidfd = crate::sys::procs::pidfd_open(init)?;
     let deadline = duties.deadline.map(|d| Instant::now() + d);
     let root = root.clone();
     // SAFETY: runsbx is single-threaded here (as libcontainer requires of
@@ -130,7 +130,7 @@ fn serve(
 /// Kills every process of container `id`; the engine (or `run`) reaps the
 /// init and deletes the container as after any other end.
 fn kill_sandbox(root: &StateRoot, id: &str) {
-    if let Err(e) = crate::lifecycle::kill(root, id, Signal::SIGKILL, true) {
+    if let Err(e) = crate::state::container::signal(root, id, Signal::SIGKILL, true) {
         tracing::error!(id, "kill the sandbox at its deadline: {e}");
     }
 }

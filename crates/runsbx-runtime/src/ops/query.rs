@@ -8,9 +8,11 @@ use libcontainer::container::{Container, ContainerStatus};
 use serde::Serialize;
 
 use crate::error::{Result, RuntimeError};
-use crate::lifecycle::{load, op_err, status_name};
-use crate::root::StateRoot;
-use crate::{host, procs};
+use crate::state::container::load;
+use crate::state::container::op_err;
+use crate::state::container::status_name;
+use crate::state::root::StateRoot;
+use crate::{sys::privilege, sys::procs};
 
 /// The OCI state of a container, in runc's layout (`runc state`, and the
 /// elements of `runc list --format json`).
@@ -38,10 +40,10 @@ impl OciState {
             _ => container.pid().map(|p| p.as_raw()).unwrap_or(0),
         };
         let effective = container.bundle();
-        let rootfs = crate::bundle::load(effective)
+        let rootfs = crate::state::bundle::load(effective)
             .map(|b| b.rootfs)
             .unwrap_or_default();
-        let bundle = crate::bundle::Effective::source_of(effective);
+        let bundle = crate::state::bundle::Effective::source_of(effective);
         Self {
             oci_version: libcontainer::oci_spec::runtime::VERSION.to_owned(),
             id: container.id().to_owned(),
@@ -60,8 +62,8 @@ impl OciState {
             annotations: {
                 let mut a = container.state.annotations.clone().unwrap_or_default();
                 // Why it stopped, when runsbx ended it (its deadline).
-                if let Some(why) = crate::supervisor::ended_in(&container.root) {
-                    a.insert(crate::supervisor::ENDED_ANNOTATION.to_owned(), why);
+                if let Some(why) = crate::sandbox::supervisor::ended_in(&container.root) {
+                    a.insert(crate::sandbox::supervisor::ENDED_ANNOTATION.to_owned(), why);
                 }
                 a
             },
@@ -92,8 +94,8 @@ pub fn pids(root: &StateRoot, id: &str) -> Result<Vec<i32>> {
     if container.status() == ContainerStatus::Stopped {
         return Ok(Vec::new());
     }
-    let init = crate::lifecycle::init_pid(&container)?;
-    let pids = if host::can_manage_cgroups() {
+    let init = crate::state::container::init_pid(&container)?;
+    let pids = if privilege::can_manage_cgroups() {
         cgroup_manager(&container)?.get_all_pids().map_err(|e| {
             RuntimeError::invalid(format!("container `{id}`: list cgroup pids"), e.to_string())
         })?
@@ -122,7 +124,7 @@ pub fn stats(root: &StateRoot, id: &str) -> Result<StatsEvent> {
             op: "report stats",
         });
     }
-    if !host::can_manage_cgroups() {
+    if !privilege::can_manage_cgroups() {
         return Err(RuntimeError::unsupported(
             format!("events --stats `{id}`"),
             "statistics come from the container's cgroup, which runsbx cannot manage here \

@@ -13,17 +13,23 @@ use std::path::{Path, PathBuf};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::root::StateRoot;
-use crate::{bundle, cgroup_claim, host, lifecycle, policy};
+use libcontainer::container::{Container, ContainerStatus};
+
+use crate::error::{Result, RuntimeError};
+use crate::state::container::{self, op_err, owner, stage_key};
+use crate::state::ids;
+use crate::state::root::StateRoot;
+use crate::state::{bundle, cgroup_claim};
+use crate::sys::{privilege, procs, stage};
 
 /// The cgroup container `id` claimed, if the claim is still its own: the
 /// only cgroup reclaiming may empty and remove (see cgroup_claim.rs).
 fn claimed_cgroup(root: &StateRoot, id: &str) -> Option<PathBuf> {
-    if !host::can_manage_cgroups() {
+    if !privilege::can_manage_cgroups() {
         return None;
     }
     bundle::Effective::cgroup(root, id)
-        .filter(|c| cgroup_claim::is_ours(c, &lifecycle::owner(root, id)))
+        .filter(|c| cgroup_claim::is_ours(c, &container::owner(root, id)))
 }
 
 pub(crate) fn reclaim(root: &StateRoot, id: &str, userns: Option<u64>) {
@@ -35,8 +41,8 @@ pub(crate) fn reclaim(root: &StateRoot, id: &str, userns: Option<u64>) {
     // until it has come up empty several times in a row.
     kill_all(root, id, userns);
     // Then the state, through libcontainer when it loads.
-    if let Ok(mut c) = lifecycle::load(root, id) {
-        if let Err(e) = lifecycle::destroy(root, &mut c) {
+    if let Ok(mut c) = container::load(root, id) {
+        if let Err(e) = destroy(root, &mut c) {
             tracing::debug!(id, "delete the interrupted sandbox: {e}");
         }
     }
@@ -52,7 +58,7 @@ pub(crate) fn forget(root: &StateRoot, id: &str) {
     }
     let _ = fs::remove_dir_all(root.container_dir(id));
     release_orphan_slot(root, id);
-    if let Err(e) = lifecycle::release_host_side(root, id) {
+    if let Err(e) = release_host_side(root, id) {
         tracing::warn!(id, "release the interrupted sandbox's host resources: {e}");
     }
 }
@@ -73,7 +79,7 @@ fn in_user_namespace(ino: u64) -> Vec<Pid> {
                 found.push(Pid::from_raw(pid));
                 break;
             }
-            match crate::cgroupless::parent_ns(&ns) {
+            match crate::sys::userns::parent_ns(&ns) {
                 Ok(parent) => ns = fs::File::from(parent),
                 Err(_) => break,
             }
@@ -110,7 +116,7 @@ pub(crate) fn kill_all(root: &StateRoot, id: &str, userns: Option<u64>) {
 /// runsbx command for this id can match.
 fn libcontainer_children(root: &StateRoot, id: &str) -> Vec<Pid> {
     let root_path = root.path().as_os_str().as_encoded_bytes().to_vec();
-    let default_root = root.path() == crate::root::default_root();
+    let default_root = root.path() == crate::state::root::default_root();
     let mut found = Vec::new();
     for proc_entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
         let Ok(pid) = proc_entry.file_name().to_string_lossy().parse::<i32>() else {
@@ -248,11 +254,11 @@ fn remove_cgroup(path: &Path) {
 /// An id range allocated to `id` whose slot was never recorded (killed
 /// between the two steps): found by its owner line in the allocation file.
 fn release_orphan_slot(root: &StateRoot, id: &str) {
-    if host::rootless() {
+    if privilege::rootless() {
         return;
     }
     let owner = format!("{}\n{id}", root.path().display());
-    for entry in fs::read_dir(policy::ID_DIR).into_iter().flatten().flatten() {
+    for entry in fs::read_dir(ids::ID_DIR).into_iter().flatten().flatten() {
         // Allocation files are tiny; anything else is not one of ours.
         if entry.metadata().is_ok_and(|m| m.size() > 4096) {
             continue;
@@ -269,4 +275,93 @@ fn release_orphan_slot(root: &StateRoot, id: &str) {
             let _ = fs::remove_file(entry.path());
         }
     }
+}
+
+/// Kills every process of the container and removes its state.
+pub(crate) fn destroy(root: &StateRoot, container: &mut Container) -> Result<()> {
+    let id = container.id().to_owned();
+    // A create killed while libcontainer's state still said "creating"
+    // recorded no process, though its init may wait on the notify socket:
+    // found by what it holds.
+    if container.pid().is_none() || container.status() == ContainerStatus::Creating {
+        crate::sandbox::teardown::kill_all(root, &id, None);
+    }
+    let config = match container.spec() {
+        Ok(config) => config,
+        Err(e) => {
+            // A create killed while libcontainer wrote its own config of
+            // the container: libcontainer cannot delete what it cannot
+            // read. runsbx kills by what the container holds and releases
+            // by its own records (the claimed cgroup among them).
+            tracing::warn!(
+                id,
+                "its libcontainer config is unreadable ({e}): removing what it holds"
+            );
+            if let Some(pid) = container.pid() {
+                let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            }
+            crate::sandbox::teardown::kill_all(root, &id, None);
+            crate::sandbox::teardown::forget(root, &id);
+            return Ok(());
+        }
+    };
+    if privilege::can_manage_cgroups() {
+        let cgroup = config.cgroup_path;
+        if !cgroup_claim::is_ours(&cgroup, &owner(root, &id)) {
+            // libcontainer would kill every process in it and remove it.
+            tracing::warn!(
+                id,
+                ?cgroup,
+                "runsbx holds no claim on this cgroup (it did not make it): leaving it alone"
+            );
+            if let Some(pid) = container.pid() {
+                procs::kill_and_wait(pid)?;
+            }
+            let dir = root.container_dir(&id);
+            std::fs::remove_dir_all(&dir)
+                .or_else(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => Ok(()),
+                    _ => Err(e),
+                })
+                .map_err(|e| RuntimeError::io(format!("remove {dir:?}"), e))?;
+            return release_host_side(root, &id);
+        }
+    }
+    if !privilege::can_manage_cgroups() {
+        // libcontainer kills through the cgroup, which does not exist here:
+        // kill by pid namespace and wait for the init process to be gone.
+        if let Some(pid) = container.pid() {
+            procs::kill_and_wait(pid)?;
+        }
+        container.set_status(ContainerStatus::Stopped);
+    }
+    // libcgroups cannot remove a cgroup ("could not delete", EBUSY) until
+    // the killed processes have left it: retried for up to a second.
+    let mut tries = 0;
+    loop {
+        match container.delete(true) {
+            Ok(()) => break,
+            Err(_) if tries < 50 && root.container_dir(&id).exists() => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            Err(e) => return Err(op_err("delete", &id, e)),
+        }
+    }
+    release_host_side(root, &id)
+}
+
+/// Removes what container `id` holds outside its state directory: staged
+/// mounts, its id range, the effective bundle.
+pub(crate) fn release_host_side(root: &StateRoot, id: &str) -> Result<()> {
+    if !privilege::rootless() {
+        stage::remove(&stage_key(root, id))?;
+    }
+    if let Some(slot) = bundle::Effective::slot(root, id) {
+        ids::release_id_range(slot);
+    }
+    if let Some(cgroup) = bundle::Effective::cgroup(root, id) {
+        cgroup_claim::release(&cgroup, &owner(root, id));
+    }
+    bundle::Effective::remove(root, id)
 }

@@ -4,15 +4,15 @@ use libcgroups::common::{CgroupManager, ControllerOpt};
 use libcontainer::oci_spec::runtime::LinuxResources;
 
 use crate::error::{Result, RuntimeError};
-use crate::host;
-use crate::lifecycle::load;
-use crate::query::cgroup_manager;
-use crate::root::StateRoot;
+use crate::ops::query::cgroup_manager;
+use crate::state::container::load;
+use crate::state::root::StateRoot;
+use crate::sys::privilege;
 
 pub fn update(root: &StateRoot, id: &str, resources: &LinuxResources) -> Result<()> {
     let _lock = root.lock(id)?;
     let container = load(root, id)?;
-    if !host::can_manage_cgroups() {
+    if !privilege::can_manage_cgroups() {
         return Err(RuntimeError::unsupported(
             format!("update `{id}`"),
             "resources are applied through the container's cgroup, which runsbx cannot \

@@ -22,9 +22,9 @@ use libcontainer::oci_spec::runtime::{LinuxNamespaceType, Spec};
 use nix::sys::stat::{fstat, stat};
 use runsbx_policy::{IdRange, PodJoin, PodNamespace};
 
-use crate::bundle;
 use crate::error::{Result, RuntimeError};
-use crate::root::StateRoot;
+use crate::state::bundle;
+use crate::state::root::StateRoot;
 
 /// A verified pod join, and the namespaces it holds open until dropped.
 pub(crate) struct Verified {
@@ -84,7 +84,7 @@ pub(crate) fn verify(root: &StateRoot, spec: &Spec) -> Result<Option<Verified>> 
         return Ok(None);
     }
     let what = || format!("pod sandbox `{sandbox}`");
-    let container = crate::lifecycle::load(root, sandbox).map_err(|e| {
+    let container = crate::state::container::load(root, sandbox).map_err(|e| {
         RuntimeError::invalid(
             what(),
             format!("the container's namespaces are joined only from a live runsbx pod sandbox in the same state root: {e}"),
@@ -96,7 +96,7 @@ pub(crate) fn verify(root: &StateRoot, spec: &Spec) -> Result<Option<Verified>> 
     ) {
         return Err(RuntimeError::invalid(what(), "is not running"));
     }
-    let pid = crate::lifecycle::init_pid(&container)?;
+    let pid = crate::state::container::init_pid(&container)?;
     let config = bundle::Effective::path(root, sandbox).join("config.json");
     let sandbox_spec = Spec::load(&config)
         .map_err(|e| RuntimeError::invalid(format!("{}: {config:?}", what()), e.to_string()))?;

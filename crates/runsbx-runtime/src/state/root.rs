@@ -10,7 +10,8 @@ use nix::fcntl::{fcntl, FcntlArg};
 use nix::unistd::Uid;
 
 use crate::error::{Result, RuntimeError};
-use crate::host;
+use crate::sys::privilege;
+use crate::sys::userns;
 
 /// The longest container id accepted. Engines use 64 hex characters; the id
 /// becomes a directory name, so it must stay well below NAME_MAX (255).
@@ -51,12 +52,12 @@ pub fn validate_id(id: &str) -> Result<()> {
 /// `$XDG_RUNTIME_DIR/runsbx` for everyone else (rootless, or root inside a
 /// user namespace as under rootless podman).
 pub fn default_root() -> PathBuf {
-    if !host::rootless() {
+    if !privilege::rootless() {
         return PathBuf::from("/run/runsbx");
     }
     match std::env::var_os("XDG_RUNTIME_DIR") {
         Some(dir) if !dir.is_empty() => Path::new(&dir).join("runsbx"),
-        _ => PathBuf::from(format!("/tmp/runsbx-{}", host::caller_uid())),
+        _ => PathBuf::from(format!("/tmp/runsbx-{}", userns::caller_uid())),
     }
 }
 

@@ -7,12 +7,13 @@ use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::syscall::syscall::SyscallType;
 
 use crate::error::Result;
-use crate::exec_guard::ExecGuard;
-use crate::lifecycle::{load, op_err};
 use crate::policy::Policy;
-use crate::root::StateRoot;
-use crate::supervise::SignalGuard;
-use crate::{cgroupless, host};
+use crate::sandbox::exec_guard::ExecGuard;
+use crate::state::container::load;
+use crate::state::container::op_err;
+use crate::state::root::StateRoot;
+use crate::sys::signal::SignalGuard;
+use crate::{sys::cgroupless, sys::privilege};
 
 #[derive(Debug, Clone, Default)]
 pub struct ExecOptions {
@@ -43,18 +44,18 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
     if !container.can_exec() {
         return Err(crate::error::RuntimeError::WrongState {
             id: id.to_owned(),
-            status: crate::lifecycle::status_name(container.status()).to_owned(),
+            status: crate::state::container::status_name(container.status()).to_owned(),
             op: "exec",
         });
     }
-    let init = crate::lifecycle::init_pid(&container)?;
+    let init = crate::state::container::init_pid(&container)?;
     // Whatever an engine did to the sandbox's network since the last
     // process started, the new one gets only `lo`.
-    crate::lifecycle::recheck_network(&container, "exec")?;
+    crate::sandbox::network::recheck_network(&container, "exec")?;
     // Without cgroups, libcontainer's exec needs the same view as create.
     // The shadow is never unmounted: this process's mount namespace is its
     // own and ends with it (see the user namespace join below).
-    let _shadow = if host::can_manage_cgroups() {
+    let _shadow = if privilege::can_manage_cgroups() {
         None
     } else {
         let config = container
@@ -64,7 +65,7 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
     };
     // The container's seccomp filter and rlimits, which libcontainer's exec
     // would not apply (see exec_guard.rs).
-    let effective = crate::bundle::load(container.bundle())?;
+    let effective = crate::state::bundle::load(container.bundle())?;
     let guard = ExecGuard::for_container(&effective.spec);
     // The exec'd process gets no more than the container's own: capabilities
     // only from the profile, no_new_privs always, the container's rlimits.
@@ -162,7 +163,7 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
 /// this comes after everything that needs them.
 fn join_user_namespace_of(init: nix::unistd::Pid) -> Result<()> {
     use nix::sched::{setns, CloneFlags};
-    let pidfd = crate::procs::pidfd_open(init)?;
+    let pidfd = crate::sys::procs::pidfd_open(init)?;
     setns(&pidfd, CloneFlags::CLONE_NEWUSER).map_err(|e| match e {
         // The kernel's answer for joining the user namespace one is in.
         nix::Error::EINVAL => crate::error::RuntimeError::invalid(
@@ -180,7 +181,7 @@ fn join_user_namespace_of(init: nix::unistd::Pid) -> Result<()> {
 /// the container's effective config.
 fn harden_process_file(
     path: &Path,
-    effective: &crate::bundle::Bundle,
+    effective: &crate::state::bundle::Bundle,
     profile: &runsbx_policy::Profile,
     effective_dir: &Path,
 ) -> Result<PathBuf> {

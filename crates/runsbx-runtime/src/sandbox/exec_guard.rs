@@ -40,7 +40,7 @@ impl Executor for ExecGuard {
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_owned))
                 .unwrap_or_default();
-            if let Some(resource) = crate::host::rlimit_resource(&name) {
+            if let Some(resource) = crate::sys::privilege::rlimit_resource(&name) {
                 nix::sys::resource::setrlimit(resource, rl.soft(), rl.hard()).map_err(|e| {
                     ExecutorError::Other(format!(
                         "exec: set {name} to the container's ({}/{}): {e}",

@@ -47,7 +47,7 @@ pub(crate) fn claim(cgroup: &Path, owner: &str) -> Result<()> {
     let refuse =
         |reason: String| RuntimeError::invalid(format!("linux.cgroupsPath {cgroup:?}"), reason);
     let relative = cgroup.strip_prefix("/").unwrap_or(cgroup);
-    for mount in crate::mountinfo::mount_points_of(&["cgroup", "cgroup2"])? {
+    for mount in crate::sys::mountinfo::mount_points_of(&["cgroup", "cgroup2"])? {
         let dir = mount.join(relative);
         if fs::symlink_metadata(&dir).is_ok() {
             return Err(refuse(format!(
@@ -63,7 +63,7 @@ pub(crate) fn claim(cgroup: &Path, owner: &str) -> Result<()> {
         .create(CLAIM_DIR)
         .map_err(|e| RuntimeError::io(format!("create {CLAIM_DIR}"), e))?;
     let path = claim_file(cgroup);
-    match crate::record::create_whole(&path, record(cgroup, owner).as_bytes()) {
+    match crate::state::record::create_whole(&path, record(cgroup, owner).as_bytes()) {
         Ok(true) => Ok(()),
         Ok(false) => Err(refuse(format!(
             "another runsbx container uses this cgroup (claimed in {path:?}): give a new path"

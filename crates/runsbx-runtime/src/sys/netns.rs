@@ -55,7 +55,7 @@ pub fn hold_to_loopback(pid: Pid, own_userns: bool) -> Result<Vec<String>> {
 /// In the helper: deletes what is not loopback's, then checks. `Err` holds
 /// an errno and what failed.
 fn only_loopback() -> std::result::Result<Vec<String>, (i32, String)> {
-    use crate::rtnl::Rtnl;
+    use crate::sys::rtnl::Rtnl;
     let io = |what: String| move |e: std::io::Error| (e.raw_os_error().unwrap_or(libc::EIO), what);
     let mut rtnl = Rtnl::open().map_err(io("open a netlink socket".into()))?;
     let mut removed = Vec::new();
@@ -179,7 +179,7 @@ fn in_namespaces_of(
 ) -> Result<Vec<u8>> {
     use std::io::Read;
     let ctx = |step: &str| format!("{what} in the network namespace of pid {pid}: {step}");
-    let pidfd = crate::procs::pidfd_open(pid)?;
+    let pidfd = crate::sys::procs::pidfd_open(pid)?;
     let flags = if own_userns {
         CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET
     } else {

@@ -48,20 +48,12 @@ pub fn can_manage_cgroups() -> bool {
     !rootless() && cgroup_layout() != CgroupLayout::None
 }
 
-/// The uid runsbx was invoked as: before it re-executed itself in a user
-/// namespace of its own (see cgroupless.rs), or its effective uid.
-pub fn caller_uid() -> u32 {
-    crate::cgroupless::userns_from()
-        .map(|(uid, _)| uid)
-        .unwrap_or_else(|| Uid::effective().as_raw())
-}
-
 /// Refuses rlimits the container could not be given: raising a hard limit
 /// needs CAP_SYS_RESOURCE in the initial user namespace, which a rootless
 /// runsbx, a container in a user namespace, or a host whose bounding set
 /// lacks it (as on these CI machines) does not have. libcontainer would
 /// fail inside the container's setup with a bare EPERM instead.
-pub fn check_rlimits(spec: &libcontainer::oci_spec::runtime::Spec) -> crate::Result<()> {
+pub fn check_rlimits(spec: &libcontainer::oci_spec::runtime::Spec) -> crate::error::Result<()> {
     use caps::{CapSet, Capability};
     let Some(rlimits) = spec.process().as_ref().and_then(|p| p.rlimits().as_ref()) else {
         return Ok(());
@@ -92,7 +84,7 @@ pub fn check_rlimits(spec: &libcontainer::oci_spec::runtime::Spec) -> crate::Res
             continue;
         };
         if rl.hard() > hard || rl.soft() > rl.hard() {
-            return Err(crate::RuntimeError::invalid(
+            return Err(crate::error::RuntimeError::invalid(
                 format!(
                     "process.rlimits {name} (soft {}, hard {})",
                     rl.soft(),

@@ -134,20 +134,23 @@ pub fn check_rootfs(what: &str, rootfs: &Path, state_root: &Path) -> Result<()> 
     // The caller's home first: it may hold runsbx's own directories too,
     // and is the clearer reason.
     let mut protected: Vec<(PathBuf, &str)> = Vec::new();
-    let caller = nix::unistd::Uid::from_raw(crate::host::caller_uid());
+    let caller = nix::unistd::Uid::from_raw(crate::sys::userns::caller_uid());
     if let Ok(Some(user)) = nix::unistd::User::from_uid(caller) {
         protected.push((user.dir, "the caller's home"));
     }
     protected.extend([
         (state_root.to_path_buf(), "runsbx's state"),
-        (crate::root::default_root(), "runsbx's state"),
-        (PathBuf::from(crate::policy::ID_DIR), "runsbx's id ranges"),
+        (crate::state::root::default_root(), "runsbx's state"),
         (
-            PathBuf::from(crate::cgroup_claim::CLAIM_DIR),
+            PathBuf::from(crate::state::ids::ID_DIR),
+            "runsbx's id ranges",
+        ),
+        (
+            PathBuf::from(crate::state::cgroup_claim::CLAIM_DIR),
             "runsbx's cgroup claims",
         ),
         (
-            PathBuf::from(crate::stage::STAGE_ROOT),
+            PathBuf::from(crate::sys::stage::STAGE_ROOT),
             "runsbx's staged root filesystems",
         ),
         (
@@ -209,14 +212,14 @@ pub fn absolutize(source: &Bundle) -> Spec {
 }
 
 impl Effective {
-    pub fn path(root: &crate::root::StateRoot, id: &str) -> PathBuf {
+    pub fn path(root: &crate::state::root::StateRoot, id: &str) -> PathBuf {
         root.path().join("@bundles").join(id)
     }
 
     /// Writes `spec` as the effective bundle of container `id`, with the
     /// hardening report and the id-range slot it holds (as root).
     pub fn write(
-        root: &crate::root::StateRoot,
+        root: &crate::state::root::StateRoot,
         id: &str,
         source_dir: &Path,
         spec: &Spec,
@@ -246,13 +249,17 @@ impl Effective {
 
     /// Records the id-range slot container `id` holds (as root), before
     /// anything else is written, so that a failed create can release it.
-    pub fn record_slot(root: &crate::root::StateRoot, id: &str, slot: u32) -> Result<()> {
+    pub fn record_slot(root: &crate::state::root::StateRoot, id: &str, slot: u32) -> Result<()> {
         Self::record(root, id, SLOT_FILE, slot.to_string().as_bytes(), "id range")
     }
 
     /// Records the cgroup path container `id` is about to claim (as root),
     /// so that whatever stops the create can release the claim.
-    pub fn record_cgroup(root: &crate::root::StateRoot, id: &str, cgroup: &Path) -> Result<()> {
+    pub fn record_cgroup(
+        root: &crate::state::root::StateRoot,
+        id: &str,
+        cgroup: &Path,
+    ) -> Result<()> {
         Self::record(
             root,
             id,
@@ -263,7 +270,7 @@ impl Effective {
     }
 
     /// The cgroup path container `id` claimed, if any.
-    pub fn cgroup(root: &crate::root::StateRoot, id: &str) -> Option<PathBuf> {
+    pub fn cgroup(root: &crate::state::root::StateRoot, id: &str) -> Option<PathBuf> {
         let bytes = fs::read(Self::path(root, id).join(CGROUP_FILE)).ok()?;
         Some(PathBuf::from(
             <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(bytes),
@@ -271,7 +278,7 @@ impl Effective {
     }
 
     fn record(
-        root: &crate::root::StateRoot,
+        root: &crate::state::root::StateRoot,
         id: &str,
         file: &str,
         content: &[u8],
@@ -288,7 +295,7 @@ impl Effective {
     }
 
     /// The id-range slot container `id` holds, if any.
-    pub fn slot(root: &crate::root::StateRoot, id: &str) -> Option<u32> {
+    pub fn slot(root: &crate::state::root::StateRoot, id: &str) -> Option<u32> {
         fs::read_to_string(Self::path(root, id).join(SLOT_FILE))
             .ok()?
             .trim()
@@ -374,7 +381,7 @@ impl Effective {
     }
 
     /// Removes the effective bundle of container `id`, if any.
-    pub fn remove(root: &crate::root::StateRoot, id: &str) -> Result<()> {
+    pub fn remove(root: &crate::state::root::StateRoot, id: &str) -> Result<()> {
         let dir = Self::path(root, id);
         match fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),

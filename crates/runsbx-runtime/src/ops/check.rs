@@ -1,7 +1,8 @@
 //! `runsbx check`: what this host lets runsbx apply, and what each finding
 //! means.
 
-use crate::{host, policy};
+use crate::sys::userns;
+use crate::{policy, sys::privilege};
 
 pub struct Finding {
     pub name: &'static str,
@@ -13,7 +14,7 @@ pub struct Finding {
 
 pub fn host() -> Vec<Finding> {
     let facts = policy::host_facts(None);
-    let cgroups = host::cgroup_layout();
+    let cgroups = privilege::cgroup_layout();
     vec![
         Finding {
             name: "user namespaces",
@@ -51,7 +52,7 @@ pub fn host() -> Vec<Finding> {
             required: false,
             detail: match (facts.cgroups, cgroups) {
                 (true, layout) => format!("memory and pids limits applied ({layout:?} hierarchy)"),
-                (false, host::CgroupLayout::None) => "no cgroup hierarchy: limits are rlimits only".to_owned(),
+                (false, privilege::CgroupLayout::None) => "no cgroup hierarchy: limits are rlimits only".to_owned(),
                 (false, layout) => format!(
                     "rootless on a {layout:?} host: no cgroup can be made; limits are rlimits only, and pause/resume/update/events are unavailable"
                 ),
@@ -62,7 +63,7 @@ pub fn host() -> Vec<Finding> {
             ok: true,
             required: false,
             detail: if facts.rootless {
-                format!("rootless (uid {}): container root is you", host::caller_uid())
+                format!("rootless (uid {}): container root is you", userns::caller_uid())
             } else {
                 "root: each sandbox's root is an unprivileged uid range of its own (idmapped image)".to_owned()
             },

@@ -28,7 +28,7 @@ use nix::unistd::{fork, ForkResult};
 use runsbx_policy::IdRange;
 
 use crate::error::{Result, RuntimeError};
-use crate::newmount;
+use crate::sys::newmount;
 
 pub(crate) const STAGE_ROOT: &str = "/run/runsbx-rootfs";
 
@@ -185,7 +185,7 @@ pub fn remove(key: &str) -> Result<()> {
     if !dir.exists() {
         return Ok(());
     }
-    crate::mountinfo::unmount_under(&dir)?;
+    crate::sys::mountinfo::unmount_under(&dir)?;
     fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(format!("remove {dir:?}"), e))
 }
 

@@ -1,0 +1,11 @@
+//! What runsbx runs or checks beside a live sandbox: its supervisor
+//! (egress proxy, deadline), the egress configuration, the network re-check
+//! before a process enters, the guard every exec'd process passes, a pod's
+//! namespace joins, and its teardown.
+
+pub mod egress;
+pub(crate) mod exec_guard;
+pub(crate) mod network;
+pub(crate) mod pod;
+pub mod supervisor;
+pub(crate) mod teardown;

@@ -1,0 +1,52 @@
+//! The sandbox's network, held to its promise each time a process enters.
+
+use libcontainer::container::Container;
+
+use crate::error::Result;
+use crate::state::{bundle, container::*};
+use crate::sys::netns;
+
+/// Holds the sandbox's network namespace to runsbx's promise right before
+/// a process runs in it (`when`: start, exec): whatever an engine moved in
+/// or configured after `create`, only `lo` is left (see netns.rs), and the
+/// attestation says the check ran and what it removed. Sandboxes whose
+/// network the profile let them join (not loopback-only) are left alone.
+pub(crate) fn recheck_network(container: &Container, when: &str) -> Result<()> {
+    let dir = container.bundle();
+    let promised = bundle::Effective::report(dir).is_some_and(|r| {
+        r["attestation"].as_array().is_some_and(|layers| {
+            layers
+                .iter()
+                .any(|l| l["layer"] == "network_loopback_only" && l["in_force"] == true)
+        })
+    });
+    if !promised {
+        return Ok(());
+    }
+    // A hardened sandbox always has a user namespace (the policy requires
+    // one), which owns its network namespace: the helper joins it first.
+    let removed = netns::hold_to_loopback(init_pid(container)?, true)?;
+    let detail = if removed.is_empty() {
+        format!("checked at {when}: only lo")
+    } else {
+        tracing::warn!(
+            id = container.id(),
+            "removed from the sandbox's network before {when}: {}; engine networking and \
+             published ports are not available in a runsbx sandbox (its network is its own \
+             loopback, egress only through runsbx's proxy)",
+            removed.join(", ")
+        );
+        format!(
+            "checked at {when}: only lo, after runsbx removed {}",
+            removed.join(", ")
+        )
+    };
+    bundle::Effective::attest(
+        dir,
+        &runsbx_policy::Layer {
+            layer: "network_rechecked",
+            in_force: true,
+            detail,
+        },
+    )
+}
