@@ -3,6 +3,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
@@ -145,7 +146,7 @@ pub fn run(root: &StateRoot, args: Call, config: Option<PathBuf>) -> Result<i32>
 
 fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest> {
     let size = |flag: &str, text: &str| -> Result<u64> {
-        runsbx_runtime::call::parse_size(text)
+        runsbx_policy::profile::parse_size(text)
             .map_err(|e| anyhow::anyhow!("--{flag} {text:?}: {e}"))
     };
     let max_output = size("max-output", &args.max_output)?;
@@ -159,13 +160,13 @@ fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest> {
         data_dir: args.data_dir,
         config,
         profile: args.profile,
-        timeout: call::parse_duration(&args.timeout)?,
+        timeout: parse_duration(&args.timeout)?,
         memory: args.memory,
         pids: args.pids,
         env: args
             .env
             .iter()
-            .map(|e| call::parse_env(e))
+            .map(|e| parse_env(e))
             .collect::<Result<_, _>>()?,
         stdin: match args.stdin.as_deref() {
             None => StdinFrom::Null,
@@ -189,6 +190,26 @@ fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest> {
         command: args.command,
         live: !args.json,
     })
+}
+
+/// Parses a duration: `30s`, `1.5s`, `500ms`, `2m`, `1h`, or plain seconds.
+fn parse_duration(text: &str) -> Result<Duration> {
+    runsbx_policy::profile::parse_duration(text)
+        .map_err(|reason| anyhow::anyhow!("--timeout {text:?}: {reason}"))
+}
+
+/// Parses `KEY=VALUE` for `--env`.
+fn parse_env(arg: &str) -> Result<(String, String)> {
+    match arg.split_once('=') {
+        Some((k, v))
+            if !k.is_empty()
+                && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+                && !k.starts_with(|c: char| c.is_ascii_digit()) =>
+        {
+            Ok((k.to_owned(), v.to_owned()))
+        }
+        _ => anyhow::bail!("--env {arg:?}: use KEY=VALUE with a KEY of letters, digits and _"),
+    }
 }
 
 /// Egress is on when any host is allowed; the overrides alone open nothing.
@@ -227,4 +248,29 @@ fn print_json(value: &impl serde::Serialize) -> Result<()> {
     serde_json::to_writer(&mut out, value)?;
     writeln!(out)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s").unwrap(), Duration::from_secs(30));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1500));
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        for bad in ["", "0", "-1s", "abc", "5x", "1e9", "nan", "8d"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn env_args() {
+        assert_eq!(parse_env("A=b=c").unwrap(), ("A".into(), "b=c".into()));
+        for bad in ["A", "=x", "1A=x", "A-B=x"] {
+            assert!(parse_env(bad).is_err(), "{bad}");
+        }
+    }
 }

@@ -19,6 +19,14 @@ use crate::state::root::{IdLock, StateRoot};
 use crate::state::{bundle, cgroup_claim};
 use crate::sys::{cgroupless, netns, privilege, stage, userns};
 
+/// What a create built: the container, the spec it runs (hardened, staged)
+/// and the policy's attestation, so that nobody reads them back from disk.
+pub(crate) struct Built {
+    pub container: Container,
+    pub spec: Spec,
+    pub attestation: Vec<runsbx_policy::Layer>,
+}
+
 /// What `create` and `run` are given besides the id.
 #[derive(Debug, Clone, Default)]
 pub struct CreateOptions {
@@ -46,7 +54,7 @@ pub(crate) fn build(
     opts: &CreateOptions,
     detach: bool,
     lock: &IdLock,
-) -> Result<Container> {
+) -> Result<Built> {
     if root.container_dir(id).exists() {
         return Err(RuntimeError::Exists { id: id.to_owned() });
     }
@@ -76,7 +84,7 @@ pub(crate) fn create_for_call(
     policy: &Policy,
     parts: CallParts<'_>,
     lock: &IdLock,
-) -> Result<Container> {
+) -> Result<Built> {
     let opts = CreateOptions::default();
     build_or_clean(root, id, source, &opts, false, policy, Some(parts), lock)
 }
@@ -91,7 +99,7 @@ fn build_or_clean(
     policy: &Policy,
     call: Option<CallParts<'_>>,
     _lock: &IdLock,
-) -> Result<Container> {
+) -> Result<Built> {
     let result = build_from(root, id, source, opts, detach, policy, call);
     if result.is_err() {
         // libcontainer cleans up after most failures; make sure no state,
@@ -110,6 +118,8 @@ fn build_or_clean(
     result
 }
 
+/// The order of a create. Each record is written before the resource it
+/// names exists (docs/architecture.md, "What a create does").
 fn build_from(
     root: &StateRoot,
     id: &str,
@@ -118,72 +128,25 @@ fn build_from(
     detach: bool,
     policy: &Policy,
     mut call: Option<CallParts<'_>>,
-) -> Result<Container> {
+) -> Result<Built> {
     // A pod's container joins its sandbox's namespaces, verified here and
     // held open until it is built.
     let pod = crate::sandbox::pod::verify(root, &source.spec)?;
-    // As real root, the sandbox's ids are an unprivileged range of its own
-    // (a pod's containers share their sandbox's).
-    let range = if privilege::rootless() {
-        None
-    } else if let Some(pod) = &pod {
-        Some(pod.range.ok_or_else(|| {
-            RuntimeError::invalid(
-                format!("pod sandbox `{}`", pod.join.sandbox),
-                "its user namespace maps no id range of runsbx's",
-            )
-        })?)
-    } else {
-        let (slot, range) = ids::allocate_id_range(&policy.config, &owner(root, id))?;
-        if let Err(e) = bundle::Effective::record_slot(root, id, slot) {
-            ids::release_id_range(slot);
-            return Err(e);
-        }
-        Some(range)
-    };
-    let workspace = call.as_ref().and_then(|c| c.workspace);
-    // A call supervises its own sandbox (proxy, deadline).
-    let for_call = call.is_some();
-    let pod_join = pod.as_ref().map(|p| p.join.clone());
-    let mut input = bundle::absolutize(source);
-    // Egress from the profile (a call brings its own proxy).
-    let egress = match call {
-        Some(_) => None,
-        None => egress::config_for(&input, &policy.profile_for(&input)?)?,
-    };
-    if egress.is_some() {
-        egress::add_proxy_env(&mut input);
-    }
-    let hardened = policy::apply(policy, input, range, workspace, pod_join)?;
-    let deadline = hardened.deadline.filter(|_| !for_call);
-    bundle::check_cwd(source, &hardened.spec)?;
-    // Said once, when the sandbox is made (not at each start or exec).
-    for change in &hardened.changes {
-        if change.field == "linux.namespaces.network" {
-            tracing::warn!(id, "{}", change.reason);
-        }
-    }
+    let range = host_ids(root, id, policy, pod.as_ref())?;
+    let (hardened, egress) = harden(id, source, policy, range, pod.as_ref(), call.as_ref())?;
     let report = serde_json::json!({
         "changes": hardened.changes,
         "attestation": hardened.attestation,
     });
+    // A call supervises its own sandbox (proxy, deadline).
+    let deadline = hardened.deadline.filter(|_| call.is_none());
+    let attestation = hardened.attestation;
     let mut spec = hardened.spec;
     privilege::check_rlimits(&spec)?;
     if let Some(range) = range {
         stage::prepare(&stage_key(root, id), range, &mut spec)?;
     }
-    let shadow = if privilege::can_manage_cgroups() {
-        default_cgroup_path(&mut spec, root, id);
-        if let Some(cgroup) = spec.linux().as_ref().and_then(|l| l.cgroups_path().clone()) {
-            bundle::Effective::record_cgroup(root, id, &cgroup)?;
-            cgroup_claim::claim(&cgroup, &owner(root, id))?;
-        }
-        None
-    } else {
-        // A call reports this in its result instead of a log line.
-        let fake = without_cgroups(&mut spec, id, call.is_none());
-        Some(cgroupless::enter_for_create(&fake)?)
-    };
+    let shadow = claim_cgroup(root, id, &mut spec, call.is_none())?;
     // Rootless, in the private mount namespace the shadow made: the image
     // as a filesystem of its own, as stage::prepare makes it as root.
     let view = match shadow {
@@ -192,12 +155,123 @@ fn build_from(
         }
         _ => None,
     };
-    let new_netns = creates_netns(&spec);
-    let own_userns = has_userns(&spec);
     let effective = bundle::Effective::write(root, id, &source.dir, &spec, &report)?;
     if let Some(call) = call.as_mut() {
         (call.prepare)(&spec)?;
     }
+    let mut container = libcontainer_build(root, id, opts, detach, &effective, call)?;
+    if let Some(shadow) = shadow {
+        shadow.leave()?;
+    }
+    // The container's mount namespace holds its own copy.
+    drop(view);
+    effective.without_init_groups(&spec)?;
+    let init = init_pid(&container)?;
+    let proxy = network_up(init, &spec, egress)?;
+    // Inside runsbx's own user namespace the creator looks like root.
+    container.set_creator(userns::caller_uid());
+    container
+        .save()
+        .map_err(|e| op_err("save state of", id, e))?;
+    // Last, so that at its deadline the supervisor finds the saved state.
+    supervisor::spawn(root, id, init, supervisor::Duties { proxy, deadline })?;
+    Ok(Built {
+        container,
+        spec,
+        attestation,
+    })
+}
+
+/// As real root, the sandbox's ids are an unprivileged range of its own,
+/// recorded before anything else (a pod's containers share their
+/// sandbox's); rootless, the caller's own.
+fn host_ids(
+    root: &StateRoot,
+    id: &str,
+    policy: &Policy,
+    pod: Option<&crate::sandbox::pod::Verified>,
+) -> Result<Option<runsbx_policy::IdRange>> {
+    if privilege::rootless() {
+        return Ok(None);
+    }
+    if let Some(pod) = pod {
+        return pod.range.map(Some).ok_or_else(|| {
+            RuntimeError::invalid(
+                format!("pod sandbox `{}`", pod.join.sandbox),
+                "its user namespace maps no id range of runsbx's",
+            )
+        });
+    }
+    let (slot, range) = ids::allocate_id_range(&policy.config, &owner(root, id))?;
+    if let Err(e) = bundle::Effective::record_slot(root, id, slot) {
+        ids::release_id_range(slot);
+        return Err(e);
+    }
+    Ok(Some(range))
+}
+
+/// The policy applied to the bundle (pure: hardened and verified), with
+/// the egress the profile gives a container (a call brings its own proxy).
+fn harden(
+    id: &str,
+    source: &bundle::Bundle,
+    policy: &Policy,
+    range: Option<runsbx_policy::IdRange>,
+    pod: Option<&crate::sandbox::pod::Verified>,
+    call: Option<&CallParts<'_>>,
+) -> Result<(runsbx_policy::Hardened, Option<runsbx_proxy::ProxyConfig>)> {
+    let mut input = bundle::absolutize(source);
+    let egress = match call {
+        Some(_) => None,
+        None => egress::config_for(&input, &policy.profile_for(&input)?)?,
+    };
+    if egress.is_some() {
+        egress::add_proxy_env(&mut input);
+    }
+    let workspace = call.and_then(|c| c.workspace);
+    let pod_join = pod.map(|p| p.join.clone());
+    let hardened = policy::apply(policy, input, range, workspace, pod_join)?;
+    bundle::check_cwd(source, &hardened.spec)?;
+    // Said once, when the sandbox is made (not at each start or exec).
+    for change in &hardened.changes {
+        if change.field == "linux.namespaces.network" {
+            tracing::warn!(id, "{}", change.reason);
+        }
+    }
+    Ok((hardened, egress))
+}
+
+/// As root, claims the sandbox's cgroup (recorded first); where runsbx
+/// cannot make cgroups, drops what needs one (`warn`: say so in the log; a
+/// call says it in its result) and enters the cgroup shadow.
+fn claim_cgroup(
+    root: &StateRoot,
+    id: &str,
+    spec: &mut Spec,
+    warn: bool,
+) -> Result<Option<cgroupless::Shadow>> {
+    if !privilege::can_manage_cgroups() {
+        let fake = without_cgroups(spec, id, warn);
+        return cgroupless::enter_for_create(&fake).map(Some);
+    }
+    default_cgroup_path(spec, root, id);
+    if let Some(cgroup) = spec.linux().as_ref().and_then(|l| l.cgroups_path().clone()) {
+        bundle::Effective::record_cgroup(root, id, &cgroup)?;
+        cgroup_claim::claim(&cgroup, &owner(root, id))?;
+    }
+    Ok(None)
+}
+
+/// libcontainer builds the container from the effective bundle: its
+/// namespaces, rootfs and init, waiting for `start`.
+fn libcontainer_build(
+    root: &StateRoot,
+    id: &str,
+    opts: &CreateOptions,
+    detach: bool,
+    effective: &bundle::Effective,
+    call: Option<CallParts<'_>>,
+) -> Result<Container> {
     let mut builder = ContainerBuilder::new(id.to_owned(), SyscallType::default())
         .with_root_path(root.path())
         .and_then(|b| b.with_pid_file(opts.pid_file.as_ref()))
@@ -212,7 +286,7 @@ fn build_from(
                 .with_stderr(call.stderr)
         });
     }
-    let mut container = builder
+    builder
         .map(|b| {
             b.as_init(&effective.dir)
                 // runsbx never drives systemd; cgroupfs directly.
@@ -221,34 +295,29 @@ fn build_from(
                 .with_no_pivot(opts.no_pivot)
         })
         .and_then(|b| b.build())
-        .map_err(|e| op_err("create", id, e))?;
-    if let Some(shadow) = shadow {
-        shadow.leave()?;
+        .map_err(|e| op_err("create", id, e))
+}
+
+/// In a new network namespace: `lo` up, and the egress proxy's listening
+/// socket made inside it for the supervisor (a pod's other containers
+/// share this one's network namespace and its proxy).
+fn network_up(
+    init: nix::unistd::Pid,
+    spec: &Spec,
+    egress: Option<runsbx_proxy::ProxyConfig>,
+) -> Result<Option<(std::net::TcpListener, runsbx_proxy::ProxyConfig)>> {
+    if !creates_netns(spec) {
+        return Ok(None);
     }
-    // The container's mount namespace holds its own copy.
-    drop(view);
-    effective.without_init_groups(&spec)?;
-    let init = init_pid(&container)?;
-    let mut proxy = None;
-    if new_netns {
-        netns::loopback_up(init, own_userns)?;
-        // A pod's other containers share this one's network namespace and
-        // its proxy.
-        if let Some(config) = egress {
-            proxy = Some((
-                netns::listen_in(init, own_userns, egress::PROXY_PORT)?,
-                config,
-            ));
-        }
-    }
-    // Inside runsbx's own user namespace the creator looks like root.
-    container.set_creator(userns::caller_uid());
-    container
-        .save()
-        .map_err(|e| op_err("save state of", id, e))?;
-    // Last, so that at its deadline the supervisor finds the saved state.
-    supervisor::spawn(root, id, init, supervisor::Duties { proxy, deadline })?;
-    Ok(container)
+    let own_userns = has_userns(spec);
+    netns::loopback_up(init, own_userns)?;
+    let Some(config) = egress else {
+        return Ok(None);
+    };
+    Ok(Some((
+        netns::listen_in(init, own_userns, egress::PROXY_PORT)?,
+        config,
+    )))
 }
 
 /// Gives a spec without a cgroup path runsbx's (libcontainer's own default

@@ -21,7 +21,7 @@ pub fn run(
 ) -> Result<i32> {
     userns::reexec_in_own_userns()?;
     let lock = root.lock(id)?;
-    let mut container = build(root, id, opts, detach, &lock)?;
+    let mut container = build(root, id, opts, detach, &lock)?.container;
     let pid = init_pid(&container)?;
     // Block the signals we forward, and SIGCHLD, before the process is
     // released: one that exits at once must not be missed (youki 0.7's
@@ -29,7 +29,7 @@ pub fn run(
     // was cloned during build and keeps its own, empty, mask.
     let guard = (!detach).then(signal::SignalGuard::block_all).transpose()?;
     if let Err(e) = recheck_network(&container, "start")
-        .and_then(|()| container.start().map_err(|e| op_err("start", id, e)))
+        .and_then(|_| container.start().map_err(|e| op_err("start", id, e)))
     {
         let _ = destroy(root, &mut container);
         return Err(e);

@@ -3,7 +3,8 @@
 use libcontainer::container::Container;
 
 use crate::error::Result;
-use crate::state::{bundle, container::*};
+use crate::state::bundle;
+use crate::state::container::init_pid;
 use crate::sys::netns;
 
 /// Holds the sandbox's network namespace to runsbx's promise right before
@@ -11,7 +12,11 @@ use crate::sys::netns;
 /// or configured after `create`, only `lo` is left (see netns.rs), and the
 /// attestation says the check ran and what it removed. Sandboxes whose
 /// network the profile let them join (not loopback-only) are left alone.
-pub(crate) fn recheck_network(container: &Container, when: &str) -> Result<()> {
+/// Returns the attested layer, if the check ran.
+pub(crate) fn recheck_network(
+    container: &Container,
+    when: &str,
+) -> Result<Option<runsbx_policy::Layer>> {
     let dir = container.bundle();
     let promised = bundle::Effective::report(dir).is_some_and(|r| {
         r["attestation"].as_array().is_some_and(|layers| {
@@ -21,7 +26,7 @@ pub(crate) fn recheck_network(container: &Container, when: &str) -> Result<()> {
         })
     });
     if !promised {
-        return Ok(());
+        return Ok(None);
     }
     // A hardened sandbox always has a user namespace (the policy requires
     // one), which owns its network namespace: the helper joins it first.
@@ -41,12 +46,11 @@ pub(crate) fn recheck_network(container: &Container, when: &str) -> Result<()> {
             removed.join(", ")
         )
     };
-    bundle::Effective::attest(
-        dir,
-        &runsbx_policy::Layer {
-            layer: "network_rechecked",
-            in_force: true,
-            detail,
-        },
-    )
+    let layer = runsbx_policy::Layer {
+        layer: "network_rechecked",
+        in_force: true,
+        detail,
+    };
+    bundle::Effective::attest(dir, &layer)?;
+    Ok(Some(layer))
 }

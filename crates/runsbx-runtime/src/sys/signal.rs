@@ -41,14 +41,24 @@ pub fn restore_default_sigpipe() {
         unsafe { nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
 }
 
-/// Signals blocked (to be taken with sigwait) while a foreground container
-/// runs; restored when dropped.
+/// Signals blocked (to be taken with sigwait or a signalfd) while a
+/// foreground container or a call runs; the old mask is restored when
+/// dropped.
 pub struct SignalGuard {
     set: SigSet,
     old: SigSet,
 }
 
 impl SignalGuard {
+    /// Blocks `signals`, to be taken from a signalfd on [`Self::set`].
+    pub fn block(signals: &[Signal]) -> Result<Self> {
+        let mut set = SigSet::empty();
+        for sig in signals {
+            set.add(*sig);
+        }
+        Self::block_set(set)
+    }
+
     /// Blocks every signal but the synchronous fault signals.
     pub fn block_all() -> Result<Self> {
         let mut set = SigSet::all();
@@ -61,10 +71,19 @@ impl SignalGuard {
         ] {
             set.remove(sig);
         }
+        Self::block_set(set)
+    }
+
+    fn block_set(set: SigSet) -> Result<Self> {
         let mut old = SigSet::empty();
         nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut old))
             .map_err(|e| RuntimeError::sys("block signals", e))?;
         Ok(Self { set, old })
+    }
+
+    /// The signals this guard blocks.
+    pub fn set(&self) -> &SigSet {
+        &self.set
     }
 
     /// Waits for `init` to end and returns its exit code, or 128 + N when
@@ -72,8 +91,8 @@ impl SignalGuard {
     /// passed to `init`, as runc does; other children are reaped.
     pub fn wait_forwarding(self, init: Pid) -> Result<i32> {
         loop {
-            if let Some(code) = reap(init)? {
-                return Ok(code);
+            if let Some(ended) = reap(init)? {
+                return Ok(ended.code());
             }
             let sig = self
                 .set
@@ -100,18 +119,36 @@ impl Drop for SignalGuard {
     }
 }
 
-/// Reaps every exited child; returns the exit code of `init` once it is
-/// among them.
-fn reap(init: Pid) -> Result<Option<i32>> {
+/// How a container's init ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ended {
+    Exited(i32),
+    Signaled(Signal),
+}
+
+impl Ended {
+    /// Its exit code as a shell gives it: 128 + N for signal N.
+    pub fn code(self) -> i32 {
+        match self {
+            Self::Exited(code) => code,
+            Self::Signaled(sig) => 128 + sig as i32,
+        }
+    }
+}
+
+/// Reaps every exited child; returns how `init` ended once it is among
+/// them.
+pub fn reap(init: Pid) -> Result<Option<Ended>> {
     loop {
         match waitpid(None, Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(pid, code)) if pid == init => return Ok(Some(code)),
+            Ok(WaitStatus::Exited(pid, code)) if pid == init => {
+                return Ok(Some(Ended::Exited(code)))
+            }
             Ok(WaitStatus::Signaled(pid, sig, _)) if pid == init => {
-                return Ok(Some(128 + sig as i32))
+                return Ok(Some(Ended::Signaled(sig)))
             }
             Ok(WaitStatus::StillAlive) | Err(nix::Error::ECHILD) => return Ok(None),
-            Ok(_) => continue,
-            Err(nix::Error::EINTR) => continue,
+            Ok(_) | Err(nix::Error::EINTR) => continue,
             Err(e) => return Err(RuntimeError::sys("waitpid", e)),
         }
     }

@@ -1,0 +1,298 @@
+//! A call resolved against the host before anything is made: the rootfs
+//! (an image, held in use, or a directory), the command found in it, the
+//! environment, stdin, egress, the spec and the policy that will harden it.
+//! Every input is checked here, so that a bad one leaves nothing behind.
+
+use std::fs::{self, File};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use libcontainer::oci_spec::runtime::{ProcessBuilder, RootBuilder, Spec};
+
+use super::request::{CallRequest, Egress, StdinFrom};
+use super::PROXY_PORT;
+use crate::error::{Result, RuntimeError};
+use crate::image::{Image, ImageStore};
+use crate::policy::Policy;
+use crate::state::bundle;
+use crate::state::root::StateRoot;
+use crate::sys::privilege;
+
+/// Everything a call needs, checked; nothing exists on the host yet.
+pub(crate) struct CallPlan {
+    /// Holds the image's in-use lock until the call ends.
+    _image: Option<Image>,
+    pub sandbox: SandboxPlan,
+    pub proxy: Option<runsbx_proxy::ProxyConfig>,
+    /// The size of the /workspace tmpfs, from the profile.
+    pub workspace_size: u64,
+}
+
+/// What the sandbox is built from.
+pub(crate) struct SandboxPlan {
+    pub rootfs: PathBuf,
+    pub stdin: OwnedFd,
+    /// The call's spec, before the policy hardens it.
+    pub spec: Spec,
+    pub policy: Policy,
+}
+
+impl CallPlan {
+    /// Checks `req` against the host; `image` gets the image's name as soon
+    /// as it is known (the result names it even when a later check fails).
+    pub fn resolve(
+        root: &StateRoot,
+        req: &CallRequest,
+        image_name: &mut Option<String>,
+    ) -> Result<Self> {
+        if req.command.is_empty() {
+            return Err(RuntimeError::invalid(
+                "runsbx call",
+                "no command: give it after `--`, e.g. runsbx call -- python3 -c 'print(1)'",
+            ));
+        }
+        // Outputs go into a directory the caller made: runsbx creates none
+        // on the host but the outputs' own subdirectories inside it.
+        if !req.outputs.is_empty() && !req.output_dir.is_dir() {
+            return Err(RuntimeError::invalid(
+                format!("--output-dir {:?}", req.output_dir),
+                "is not an existing directory (create it first)",
+            ));
+        }
+        let (rootfs, image_env, image) = match (&req.rootfs, &req.image) {
+            (Some(_), Some(_)) => {
+                return Err(RuntimeError::invalid(
+                    "--image and --rootfs",
+                    "give one or the other",
+                ))
+            }
+            (Some(dir), None) => {
+                bundle::check_rootfs("--rootfs", dir, root.path())?;
+                let dir = fs::canonicalize(dir).map_err(|e| {
+                    RuntimeError::invalid(format!("--rootfs {dir:?}"), format!("{e}"))
+                })?;
+                (dir, Vec::new(), None)
+            }
+            (None, name) => {
+                let name = name.as_deref().unwrap_or(crate::image::DEFAULT_IMAGE);
+                let image = ImageStore::open(req.data_dir.as_deref())?.resolve(name)?;
+                *image_name = Some(image.name.clone());
+                (image.rootfs.clone(), image.config.env.clone(), Some(image))
+            }
+        };
+        for input in &req.inputs {
+            fs::symlink_metadata(&input.host).map_err(|e| {
+                RuntimeError::invalid(
+                    format!("--input {:?}", input.host),
+                    format!("{e} (give an existing file or directory)"),
+                )
+            })?;
+        }
+        let stdin = open_stdin(&req.stdin)?;
+        let proxy = req.egress.as_ref().map(proxy_config).transpose()?;
+        let mut env = environment(&image_env, &req.env);
+        if proxy.is_some() {
+            env.extend(runsbx_proxy::proxy_env(PROXY_PORT));
+        }
+        resolve_command(&rootfs, &req.command[0], &env)?;
+        if privilege::rootless()
+            && pathrs::Root::open(&rootfs)
+                .and_then(|r| r.resolve("/workspace"))
+                .is_err()
+        {
+            // As root runsbx makes it; an unprivileged caller cannot write
+            // into an image that is not theirs (images of the store have it).
+            return Err(RuntimeError::invalid(
+                format!("the rootfs {rootfs:?}"),
+                "has no /workspace directory for the call to work in; create it (mkdir ROOTFS/workspace)",
+            ));
+        }
+        let spec = call_spec(&rootfs, req, env)?;
+        let policy = Policy::load(req.config.as_deref())?;
+        let profile = policy.profile_for(&spec)?;
+        let Some(workspace_size) = profile.tmpfs.get(Path::new("/workspace")).map(|s| s.0) else {
+            return Err(RuntimeError::invalid(
+                format!("profile `{}`", profile.name),
+                "has no /workspace tmpfs, which runsbx call works in; add it under [tmpfs]",
+            ));
+        };
+        Ok(Self {
+            _image: image,
+            sandbox: SandboxPlan {
+                rootfs,
+                stdin,
+                spec,
+                policy,
+            },
+            proxy,
+            workspace_size,
+        })
+    }
+}
+
+fn open_stdin(from: &StdinFrom) -> Result<OwnedFd> {
+    Ok(match from {
+        StdinFrom::Null => File::open("/dev/null")
+            .map_err(|e| RuntimeError::io("open /dev/null", e))?
+            .into(),
+        StdinFrom::Inherit => std::io::stdin()
+            .as_fd()
+            .try_clone_to_owned()
+            .map_err(|e| RuntimeError::io("dup stdin", e))?,
+        StdinFrom::File(p) => File::open(p)
+            .map_err(|e| RuntimeError::invalid(format!("--stdin {p:?}"), e.to_string()))?
+            .into(),
+    })
+}
+
+/// The command's environment: the image's, then the caller's `--env`
+/// (later wins). Never runsbx's own.
+fn environment(image: &[String], extra: &[(String, String)]) -> Vec<String> {
+    let mut env: Vec<(String, String)> = Vec::new();
+    let mut set = |k: &str, v: &str| {
+        env.retain(|(key, _)| key != k);
+        env.push((k.to_owned(), v.to_owned()));
+    };
+    set(
+        "PATH",
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    );
+    set("HOME", "/tmp");
+    for kv in image {
+        if let Some((k, v)) = kv.split_once('=') {
+            set(k, v);
+        }
+    }
+    for (k, v) in extra {
+        set(k, v);
+    }
+    env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
+}
+
+fn proxy_config(egress: &Egress) -> Result<runsbx_proxy::ProxyConfig> {
+    let allow = runsbx_proxy::Allowlist::parse(&egress.allow)
+        .map_err(|e| RuntimeError::invalid("--allow-host", e.to_string()))?;
+    let mut config = runsbx_proxy::ProxyConfig::new(allow);
+    for (name, ip) in &egress.hosts {
+        config
+            .hosts
+            .entry(name.to_ascii_lowercase())
+            .or_default()
+            .push(*ip);
+    }
+    config.allow_addresses = egress.allow_addresses.clone();
+    Ok(config)
+}
+
+/// Checks that the command exists in the image and can be executed,
+/// resolving it inside the rootfs (symlinks included) as the kernel would
+/// inside the sandbox.
+fn resolve_command(rootfs: &Path, command: &str, env: &[String]) -> Result<()> {
+    let root = pathrs::Root::open(rootfs)
+        .map_err(|e| RuntimeError::invalid(format!("the rootfs {rootfs:?}"), e.to_string()))?;
+    let path = env
+        .iter()
+        .find_map(|kv| kv.strip_prefix("PATH="))
+        .unwrap_or("/usr/bin:/bin");
+    let candidates: Vec<PathBuf> = if command.contains('/') {
+        let p = Path::new(command);
+        vec![if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            Path::new("/workspace").join(p)
+        }]
+    } else {
+        path.split(':')
+            .filter(|d| d.starts_with('/'))
+            .map(|d| Path::new(d).join(command))
+            .collect()
+    };
+    let mut not_executable = None;
+    for candidate in &candidates {
+        // Inputs land in /workspace, which is not in the image: a command
+        // there is checked by the kernel at exec time.
+        if candidate.starts_with("/workspace") {
+            return Ok(());
+        }
+        let Ok(handle) = root.resolve(candidate) else {
+            continue;
+        };
+        let Ok(stat) = nix::sys::stat::fstat(handle.as_fd().as_raw_fd()) else {
+            continue;
+        };
+        let is_file = stat.st_mode & libc::S_IFMT == libc::S_IFREG;
+        if is_file && stat.st_mode & 0o111 != 0 {
+            return Ok(());
+        }
+        not_executable.get_or_insert_with(|| candidate.clone());
+    }
+    match not_executable {
+        Some(p) => Err(RuntimeError::CommandNotExecutable {
+            command: command.to_owned(),
+            path: p,
+        }),
+        None => Err(RuntimeError::CommandNotFound {
+            command: command.to_owned(),
+            searched: path.to_owned(),
+        }),
+    }
+}
+
+fn call_spec(rootfs: &Path, req: &CallRequest, env: Vec<String>) -> Result<Spec> {
+    let invalid = |e: libcontainer::oci_spec::OciSpecError| {
+        RuntimeError::invalid("build the call's spec", e.to_string())
+    };
+    let mut spec = crate::ops::spec::default_spec(privilege::rootless())?;
+    let process = ProcessBuilder::default()
+        .args(req.command.clone())
+        .env(env)
+        .cwd("/workspace")
+        .terminal(false)
+        .build()
+        .map_err(invalid)?;
+    spec.set_process(Some(process));
+    spec.set_root(Some(
+        RootBuilder::default()
+            .path(rootfs.to_path_buf())
+            .readonly(true)
+            .build()
+            .map_err(invalid)?,
+    ));
+    let mut annotations = std::collections::HashMap::new();
+    if let Some(m) = &req.memory {
+        annotations.insert("runsbx.limits.memory".to_owned(), m.clone());
+    }
+    if let Some(p) = req.pids {
+        annotations.insert("runsbx.limits.pids".to_owned(), p.to_string());
+    }
+    if let Some(p) = &req.profile {
+        annotations.insert(runsbx_policy::annotations::PROFILE.to_owned(), p.clone());
+    }
+    // The policy holds the call's deadline to the profile's and attests it;
+    // the call enforces it itself.
+    annotations.insert(
+        runsbx_policy::annotations::TIMEOUT.to_owned(),
+        format!("{}ms", req.timeout.as_millis()),
+    );
+    spec.set_annotations(Some(annotations));
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn environment_is_image_then_caller_never_runsbx() {
+        std::env::set_var("RUNSBX_TEST_SECRET", "x");
+        let env = environment(
+            &["PATH=/opt/bin".to_owned(), "LANG=C.UTF-8".to_owned()],
+            &[("LANG".to_owned(), "en".to_owned())],
+        );
+        assert!(env.contains(&"PATH=/opt/bin".to_owned()));
+        assert!(env.contains(&"LANG=en".to_owned()));
+        assert!(env.contains(&"HOME=/tmp".to_owned()));
+        assert!(!env.iter().any(|e| e.contains("RUNSBX_TEST_SECRET")));
+    }
+}

@@ -1,0 +1,58 @@
+//! What a caller asks of `runsbx call`: validated at the edge (the CLI's
+//! value parsers), with no effect on the host yet.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::workspace::Input;
+
+/// Where the call's stdin comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StdinFrom {
+    /// /dev/null (the default: a tool call never reads the agent's stdin).
+    Null,
+    /// runsbx's own stdin (`--stdin -`).
+    Inherit,
+    File(PathBuf),
+}
+
+#[derive(Debug, Clone)]
+pub struct CallRequest {
+    /// An image of the store, by name; `None` with no `rootfs` means the
+    /// default image.
+    pub image: Option<String>,
+    /// A root filesystem directory to use instead of an image.
+    pub rootfs: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    pub config: Option<PathBuf>,
+    pub profile: Option<String>,
+    pub timeout: Duration,
+    pub memory: Option<String>,
+    pub pids: Option<u64>,
+    pub env: Vec<(String, String)>,
+    pub stdin: StdinFrom,
+    pub inputs: Vec<Input>,
+    pub outputs: Vec<String>,
+    pub output_dir: PathBuf,
+    /// Bytes kept of each of stdout and stderr.
+    pub max_output: usize,
+    pub max_output_file: u64,
+    pub command: Vec<String>,
+    /// Echo the command's output as it comes (human output).
+    pub live: bool,
+    /// Egress through the proxy; `None`: no way out at all.
+    pub egress: Option<Egress>,
+}
+
+/// What the call may reach through its egress proxy.
+#[derive(Debug, Clone, Default)]
+pub struct Egress {
+    /// `--allow-host` entries: `name`, `name:port`, `*.suffix[:port]`.
+    pub allow: Vec<String>,
+    /// Names the proxy resolves to these addresses instead of asking DNS
+    /// (`--proxy-resolve`; for tests and private resolvers).
+    pub hosts: Vec<(String, std::net::IpAddr)>,
+    /// Destinations exempt from the address-class check, because whoever
+    /// runs runsbx marked them (`--proxy-allow-address`).
+    pub allow_addresses: Vec<std::net::SocketAddr>,
+}
