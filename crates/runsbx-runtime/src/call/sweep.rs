@@ -68,28 +68,14 @@ impl Watchdog {
     /// directory exists.
     pub(crate) fn spawn(root: &StateRoot, id: &str) -> crate::error::Result<Self> {
         use crate::error::RuntimeError;
-        use nix::unistd::{fork, ForkResult};
+        use std::os::fd::AsFd;
         let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| RuntimeError::sys("pipe2 for the call's watchdog", e))?;
         let parent = nix::unistd::getpid();
-        // SAFETY: runsbx is single-threaded here (no proxy, no container
-        // yet); the child only makes syscalls and exits.
-        match unsafe { fork() }.map_err(|e| RuntimeError::sys("fork the call's watchdog", e))? {
-            ForkResult::Parent { child } => {
-                drop(r);
-                Ok(Self {
-                    pid: child,
-                    disarm: w,
-                })
-            }
-            ForkResult::Child => {
-                drop(w);
-                let code = watch(root, id, parent, r);
-                // SAFETY: leaving the forked child without running the
-                // parent's destructors or atexit handlers.
-                unsafe { libc::_exit(code) }
-            }
-        }
+        let pid = crate::sys::fork::child("the call's watchdog", &[w.as_fd()], || {
+            watch(root, id, parent, r)
+        })?;
+        Ok(Self { pid, disarm: w })
     }
 }
 

@@ -1,8 +1,9 @@
 //! `runsbx check`: what this host lets runsbx apply, and what each finding
 //! means.
 
+use crate::policy;
+use crate::sys::privilege;
 use crate::sys::userns;
-use crate::{policy, sys::privilege};
 
 pub struct Finding {
     pub name: &'static str,

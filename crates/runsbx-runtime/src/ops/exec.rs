@@ -13,7 +13,7 @@ use crate::state::container::load;
 use crate::state::container::op_err;
 use crate::state::root::StateRoot;
 use crate::sys::signal::SignalGuard;
-use crate::{sys::cgroupless, sys::privilege};
+use crate::sys::{cgroupless, privilege};
 
 #[derive(Debug, Clone, Default)]
 pub struct ExecOptions {

@@ -12,7 +12,7 @@ use crate::state::container::load;
 use crate::state::container::op_err;
 use crate::state::container::status_name;
 use crate::state::root::StateRoot;
-use crate::{sys::privilege, sys::procs};
+use crate::sys::{privilege, procs};
 
 /// The OCI state of a container, in runc's layout (`runc state`, and the
 /// elements of `runc list --format json`).

@@ -20,9 +20,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use nix::unistd::{fork, ForkResult, Pid};
+use nix::unistd::Pid;
 
-use crate::error::{Result, RuntimeError};
+use crate::error::Result;
 use crate::state::root::StateRoot;
 
 /// The file in a container's state directory that says why runsbx ended
@@ -50,16 +50,10 @@ pub(crate) fn spawn(root: &StateRoot, id: &str, init: Pid, duties: Duties) -> Re
     let pidfd = crate::sys::procs::pidfd_open(init)?;
     let deadline = duties.deadline.map(|d| Instant::now() + d);
     let root = root.clone();
-    // SAFETY: runsbx is single-threaded here (as libcontainer requires of
-    // it); the child runs only this module's code and exits with _exit.
-    match unsafe { fork() }.map_err(|e| RuntimeError::sys("fork the sandbox's supervisor", e))? {
-        ForkResult::Parent { .. } => Ok(()),
-        ForkResult::Child => {
-            let code = serve(&root, id, pidfd, duties.proxy, deadline);
-            // SAFETY: leave without running the parent's destructors.
-            unsafe { libc::_exit(code) }
-        }
-    }
+    crate::sys::fork::child("the sandbox's supervisor", &[], || {
+        serve(&root, id, pidfd, duties.proxy, deadline)
+    })?;
+    Ok(())
 }
 
 fn serve(

@@ -4,6 +4,7 @@
 //! may do on this host.
 
 pub mod cgroupless;
+pub mod fork;
 pub mod mountinfo;
 pub mod netns;
 pub mod newmount;

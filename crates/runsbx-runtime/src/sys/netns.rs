@@ -16,11 +16,11 @@
 //! removed; with no other link there is no route off the box. What cannot
 //! be removed refuses the start.
 
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 
 use nix::sched::{setns, CloneFlags};
 use nix::sys::wait::{waitpid, WaitStatus};
-use nix::unistd::{fork, ForkResult, Pid};
+use nix::unistd::Pid;
 
 use crate::error::{Result, RuntimeError};
 
@@ -188,59 +188,52 @@ fn in_namespaces_of(
     let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| RuntimeError::sys(ctx("pipe"), e))?;
 
-    // SAFETY: runsbx is single-threaded when it calls this (libcontainer
-    // requires it too), so the child may run arbitrary code; it only makes
-    // syscalls and exits with _exit.
-    match unsafe { fork() }.map_err(|e| RuntimeError::sys(ctx("fork"), e))? {
-        ForkResult::Child => {
-            drop(read);
-            let mut out = std::fs::File::from(write);
-            let code = match setns(&pidfd, flags) {
-                // 128 + errno tells the parent which step failed and why.
-                Err(e) => 128 + (e as i32).clamp(1, 127),
-                Ok(()) => match f(&mut out) {
-                    0 => 0,
-                    errno => errno.clamp(1, 99),
-                },
-            };
-            drop(out);
-            // SAFETY: _exit skips atexit handlers and destructors that belong
-            // to the parent's state.
-            unsafe { libc::_exit(code) }
-        }
-        ForkResult::Parent { child } => {
-            drop(write);
-            let mut said = Vec::new();
-            // The helper's text is small; EOF comes when it exits.
-            let _ = std::fs::File::from(read).read_to_end(&mut said);
-            let told = || String::from_utf8_lossy(&said).into_owned();
-            loop {
-                match waitpid(child, None) {
-                    Ok(WaitStatus::Exited(_, 0)) => return Ok(said),
-                    Ok(WaitStatus::Exited(_, code)) if code > 128 => {
-                        return Err(RuntimeError::sys(
-                            ctx(&format!("setns({flags:?})")),
-                            nix::Error::from_raw(code - 128),
-                        ))
-                    }
-                    Ok(WaitStatus::Exited(_, errno)) => {
-                        let step = if said.is_empty() {
-                            "in the namespace".to_owned()
-                        } else {
-                            told()
-                        };
-                        return Err(RuntimeError::sys(ctx(&step), nix::Error::from_raw(errno)));
-                    }
-                    Ok(other) => {
-                        return Err(RuntimeError::invalid(
-                            ctx("helper"),
-                            format!("ended unexpectedly: {other:?}"),
-                        ))
-                    }
-                    Err(nix::Error::EINTR) => continue,
-                    Err(e) => return Err(RuntimeError::sys(ctx("waitpid"), e)),
-                }
+    let child = crate::sys::fork::child("a helper", &[read.as_fd()], || {
+        let mut out = std::fs::File::from(write);
+        let code = match setns(&pidfd, flags) {
+            // 128 + errno tells the parent which step failed and why.
+            Err(e) => 128 + (e as i32).clamp(1, 127),
+            Ok(()) => match f(&mut out) {
+                0 => 0,
+                errno => errno.clamp(1, 99),
+            },
+        };
+        drop(out);
+        code
+    })
+    .map_err(|e| match e {
+        RuntimeError::Sys { source, .. } => RuntimeError::sys(ctx("fork"), source),
+        e => e,
+    })?;
+    let mut said = Vec::new();
+    // The helper's text is small; EOF comes when it exits.
+    let _ = std::fs::File::from(read).read_to_end(&mut said);
+    let told = || String::from_utf8_lossy(&said).into_owned();
+    loop {
+        match waitpid(child, None) {
+            Ok(WaitStatus::Exited(_, 0)) => return Ok(said),
+            Ok(WaitStatus::Exited(_, code)) if code > 128 => {
+                return Err(RuntimeError::sys(
+                    ctx(&format!("setns({flags:?})")),
+                    nix::Error::from_raw(code - 128),
+                ))
             }
+            Ok(WaitStatus::Exited(_, errno)) => {
+                let step = if said.is_empty() {
+                    "in the namespace".to_owned()
+                } else {
+                    told()
+                };
+                return Err(RuntimeError::sys(ctx(&step), nix::Error::from_raw(errno)));
+            }
+            Ok(other) => {
+                return Err(RuntimeError::invalid(
+                    ctx("helper"),
+                    format!("ended unexpectedly: {other:?}"),
+                ))
+            }
+            Err(nix::Error::EINTR) => continue,
+            Err(e) => return Err(RuntimeError::sys(ctx("waitpid"), e)),
         }
     }
 }

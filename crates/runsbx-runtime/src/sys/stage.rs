@@ -24,11 +24,10 @@ use std::path::{Path, PathBuf};
 use libcontainer::oci_spec::runtime::Spec;
 use nix::mount::{mount, MsFlags};
 use nix::sys::wait::waitpid;
-use nix::unistd::{fork, ForkResult};
 use runsbx_policy::IdRange;
 
 use crate::error::{Result, RuntimeError};
-use crate::sys::newmount;
+use crate::sys::{fork, newmount};
 
 pub(crate) const STAGE_ROOT: &str = "/run/runsbx-rootfs";
 
@@ -67,8 +66,7 @@ pub fn prepare(key: &str, range: IdRange, spec: &mut Spec) -> Result<()> {
         .as_ref()
         .and_then(|r| r.readonly())
         .unwrap_or(false);
-    let userns = userns_with(range)
-        .map_err(|e| RuntimeError::sys(ctx("a user namespace for the idmapped rootfs"), e))?;
+    let userns = userns_with(range)?;
     let tree = newmount::clone_tree(&root)
         .map_err(|e| RuntimeError::sys(ctx(&format!("a copy of the rootfs mount {root:?}")), e))?;
     match newmount::idmap(tree.as_fd(), userns.as_fd()) {
@@ -192,42 +190,36 @@ pub fn remove(key: &str) -> Result<()> {
 /// A user namespace whose ids 0..size are host ids base.., for
 /// mount_setattr(MOUNT_ATTR_IDMAP): a forked child unshares it, runsbx
 /// writes its maps, keeps an fd to it, and lets the child go.
-fn userns_with(range: IdRange) -> nix::Result<fs::File> {
-    let (ready_r, ready_w) = nix::unistd::pipe()?;
-    let (done_r, done_w) = nix::unistd::pipe()?;
-    // SAFETY: runsbx is single-threaded here; the child makes syscalls only.
-    match unsafe { fork() }? {
-        ForkResult::Child => {
-            // Only the parent may hold these ends, or the reads never end.
-            drop(ready_r);
-            drop(done_w);
-            let ok = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_ok();
-            let _ = nix::unistd::write(&ready_w, &[u8::from(ok)]);
-            let mut b = [0u8; 1];
-            let _ = nix::unistd::read(done_r.as_raw_fd(), &mut b);
-            // SAFETY: leave without running the parent's destructors.
-            unsafe { libc::_exit(0) }
+fn userns_with(range: IdRange) -> Result<fs::File> {
+    let ctx = "a user namespace for the idmapped rootfs";
+    let pipe = || nix::unistd::pipe().map_err(|e| RuntimeError::sys(ctx, e));
+    let (ready_r, ready_w) = pipe()?;
+    let (done_r, done_w) = pipe()?;
+    // The child holds only its own ends, or the reads never end.
+    let child = fork::child(ctx, &[ready_r.as_fd(), done_w.as_fd()], || {
+        let ok = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_ok();
+        let _ = nix::unistd::write(&ready_w, &[u8::from(ok)]);
+        let mut b = [0u8; 1];
+        let _ = nix::unistd::read(done_r.as_raw_fd(), &mut b);
+        0
+    })?;
+    drop(ready_w);
+    drop(done_r);
+    let mut b = [0u8; 1];
+    let result = (|| {
+        nix::unistd::read(ready_r.as_raw_fd(), &mut b)?;
+        if b[0] != 1 {
+            return Err(nix::Error::EPERM);
         }
-        ForkResult::Parent { child } => {
-            drop(ready_w);
-            drop(done_r);
-            let mut b = [0u8; 1];
-            let result = (|| {
-                nix::unistd::read(ready_r.as_raw_fd(), &mut b)?;
-                if b[0] != 1 {
-                    return Err(nix::Error::EPERM);
-                }
-                let map = format!("0 {} {}", range.base, range.size);
-                for file in ["uid_map", "gid_map"] {
-                    fs::write(format!("/proc/{child}/{file}"), &map).map_err(io_errno)?;
-                }
-                fs::File::open(format!("/proc/{child}/ns/user")).map_err(io_errno)
-            })();
-            drop(done_w);
-            let _ = waitpid(child, None);
-            result
+        let map = format!("0 {} {}", range.base, range.size);
+        for file in ["uid_map", "gid_map"] {
+            fs::write(format!("/proc/{child}/{file}"), &map).map_err(io_errno)?;
         }
-    }
+        fs::File::open(format!("/proc/{child}/ns/user")).map_err(io_errno)
+    })();
+    drop(done_w);
+    let _ = waitpid(child, None);
+    result.map_err(|e| RuntimeError::sys(ctx, e))
 }
 
 fn io_errno(e: std::io::Error) -> nix::Error {
