@@ -68,6 +68,20 @@ impl ErrorKind {
     }
 }
 
+impl ErrorKind {
+    /// The kind of an error of the image store.
+    pub fn of_image(e: &runsbx_image::ImageError) -> Self {
+        use runsbx_image::ImageError;
+        match e {
+            ImageError::NotFound { .. } => Self::Missing,
+            ImageError::Exists { .. } | ImageError::InUse { .. } => Self::Conflict,
+            ImageError::Invalid { .. } => Self::BadInput,
+            ImageError::Unsupported { .. } => Self::Unsupported,
+            ImageError::Io { .. } | ImageError::Sys { .. } => Self::Failure,
+        }
+    }
+}
+
 /// Exit codes of `runsbx` for failures of the runtime itself.
 pub mod exit {
     /// The operation failed on the host (a syscall, libcontainer, the kernel).
@@ -140,21 +154,8 @@ pub enum RuntimeError {
         op: &'static str,
     },
 
-    #[error(
-        "image `{name}` not found (searched {}); `runsbx image ls` lists the images; \
-         make one with `sudo runsbx image build python` or `runsbx image import FILE --name {name}`",
-        .searched.iter().map(|d| format!("{d:?}")).collect::<Vec<_>>().join(", ")
-    )]
-    ImageNotFound {
-        name: String,
-        searched: Vec<PathBuf>,
-    },
-
-    #[error("image `{name}` already exists at {path:?} (pass --replace to replace it, or `runsbx image rm {name}` first)")]
-    ImageExists { name: String, path: PathBuf },
-
-    #[error("image `{name}` is in use: a call runs on it, or `image rm` is deleting it (try again when it has ended)")]
-    ImageInUse { name: String },
+    #[error(transparent)]
+    Image(#[from] runsbx_image::ImageError),
 
     #[error("{what}: {reason}")]
     Unsupported { what: String, reason: String },
@@ -199,11 +200,9 @@ impl RuntimeError {
             Self::InvalidId { .. } | Self::Bundle { .. } | Self::InvalidArgument { .. } => {
                 ErrorKind::BadInput
             }
-            Self::NotFound { .. } | Self::ImageNotFound { .. } => ErrorKind::Missing,
-            Self::Exists { .. }
-            | Self::WrongState { .. }
-            | Self::ImageExists { .. }
-            | Self::ImageInUse { .. } => ErrorKind::Conflict,
+            Self::NotFound { .. } => ErrorKind::Missing,
+            Self::Exists { .. } | Self::WrongState { .. } => ErrorKind::Conflict,
+            Self::Image(e) => ErrorKind::of_image(e),
             Self::CommandNotFound { .. } => ErrorKind::CommandNotFound,
             Self::CommandNotExecutable { .. } => ErrorKind::CommandNotExecutable,
             Self::Unsupported { .. } => ErrorKind::Unsupported,

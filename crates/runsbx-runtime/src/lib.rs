@@ -7,13 +7,11 @@
 //! - `sandbox/`: what runs or is checked beside a live sandbox;
 //! - `state/`: what is kept on disk;
 //! - `sys/`: one module per kernel mechanism;
-//! - `image/`: the image store;
 //! - `policy.rs`: the I/O around the pure policy crate;
 //! - `error.rs`: one error type, one kind, the exit-code tables.
 
 pub mod call;
 pub mod error;
-pub mod image;
 pub mod ops;
 pub mod policy;
 pub mod sandbox;
@@ -22,6 +20,7 @@ pub mod sys;
 
 pub use error::{exit, ErrorKind, Result, RuntimeError};
 pub use libcontainer::oci_spec;
+pub use runsbx_image as image;
 pub use state::root::StateRoot;
 
 /// The version of libcontainer runsbx is built on, for `--version`.

@@ -64,7 +64,10 @@ pub struct Store {
 
 impl Store {
     fn open(&self) -> Result<ImageStore> {
-        Ok(ImageStore::open(self.data_dir.as_deref())?)
+        Ok(ImageStore::open(
+            self.data_dir.as_deref(),
+            runsbx_runtime::sys::privilege::rootless(),
+        )?)
     }
 }
 
@@ -141,7 +144,7 @@ fn remove(store: &ImageStore, names: &[String]) -> Result<i32> {
             Ok(()) => writeln!(std::io::stdout(), "{name}").context("write to stdout")?,
             Err(e) => {
                 if code == 0 {
-                    code = e.exit_code();
+                    code = runsbx_runtime::ErrorKind::of_image(&e).exit_code();
                 }
                 eprintln!("runsbx: error: {:#}", anyhow::Error::from(e));
             }

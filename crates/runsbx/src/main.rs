@@ -9,7 +9,8 @@ mod logging;
 
 use clap::Parser;
 
-use runsbx_runtime::{exit, RuntimeError};
+use runsbx_runtime::image::ImageError;
+use runsbx_runtime::{exit, ErrorKind, RuntimeError};
 
 fn main() {
     runsbx_runtime::sys::signal::restore_default_sigpipe();
@@ -26,6 +27,10 @@ fn main() {
             eprintln!("runsbx: error: {err:#}");
             err.downcast_ref::<RuntimeError>()
                 .map(RuntimeError::exit_code)
+                .or_else(|| {
+                    err.downcast_ref::<ImageError>()
+                        .map(|e| ErrorKind::of_image(e).exit_code())
+                })
                 .unwrap_or(exit::FAILURE)
         }
     };

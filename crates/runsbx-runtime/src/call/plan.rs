@@ -12,11 +12,11 @@ use libcontainer::oci_spec::runtime::{ProcessBuilder, RootBuilder, Spec};
 use super::request::{CallRequest, Egress, StdinFrom};
 use super::PROXY_PORT;
 use crate::error::{Result, RuntimeError};
-use crate::image::{Image, ImageStore};
 use crate::policy::Policy;
 use crate::state::bundle;
 use crate::state::root::StateRoot;
 use crate::sys::privilege;
+use runsbx_image::{Image, ImageStore};
 
 /// Everything a call needs, checked; nothing exists on the host yet.
 pub(crate) struct CallPlan {
@@ -74,8 +74,9 @@ impl CallPlan {
                 (dir, Vec::new(), None)
             }
             (None, name) => {
-                let name = name.as_deref().unwrap_or(crate::image::DEFAULT_IMAGE);
-                let image = ImageStore::open(req.data_dir.as_deref())?.resolve(name)?;
+                let name = name.as_deref().unwrap_or(runsbx_image::DEFAULT_IMAGE);
+                let image = ImageStore::open(req.data_dir.as_deref(), privilege::rootless())?
+                    .resolve(name)?;
                 *image_name = Some(image.name.clone());
                 (image.rootfs.clone(), image.config.env.clone(), Some(image))
             }

@@ -154,11 +154,11 @@ pub fn check_rootfs(what: &str, rootfs: &Path, state_root: &Path) -> Result<()> 
             "runsbx's staged root filesystems",
         ),
         (
-            PathBuf::from(crate::image::SYSTEM_DATA_DIR),
+            PathBuf::from(runsbx_image::SYSTEM_DATA_DIR),
             "runsbx's images",
         ),
     ]);
-    if let Ok(dir) = crate::image::default_data_dir() {
+    if let Ok(dir) = runsbx_image::default_data_dir(crate::sys::privilege::rootless()) {
         protected.push((dir, "runsbx's images"));
     }
     for (dir, whose) in protected {

@@ -47,7 +47,7 @@ pub(crate) fn claim(cgroup: &Path, owner: &str) -> Result<()> {
     let refuse =
         |reason: String| RuntimeError::invalid(format!("linux.cgroupsPath {cgroup:?}"), reason);
     let relative = cgroup.strip_prefix("/").unwrap_or(cgroup);
-    for mount in crate::sys::mountinfo::mount_points_of(&["cgroup", "cgroup2"])? {
+    for mount in runsbx_image::mountinfo::mount_points_of(&["cgroup", "cgroup2"])? {
         let dir = mount.join(relative);
         if fs::symlink_metadata(&dir).is_ok() {
             return Err(refuse(format!(

@@ -87,7 +87,7 @@ pub(crate) fn private_mount_namespace() -> nix::Result<()> {
 
 fn shadow(cgroup_path: &Path) -> Result<Shadow> {
     let ctx = |step: &str| format!("hide cgroups for a rootless container: {step}");
-    let v1_mounts = crate::sys::mountinfo::mount_points_of(&["cgroup"])?;
+    let v1_mounts = runsbx_image::mountinfo::mount_points_of(&["cgroup"])?;
     let cpuset = read_trimmed("/sys/fs/cgroup/cpuset/cpuset.cpus");
     let mems = read_trimmed("/sys/fs/cgroup/cpuset/cpuset.mems");
     private_mount_namespace()

@@ -183,7 +183,7 @@ pub fn remove(key: &str) -> Result<()> {
     if !dir.exists() {
         return Ok(());
     }
-    crate::sys::mountinfo::unmount_under(&dir)?;
+    runsbx_image::mountinfo::unmount_under(&dir)?;
     fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(format!("remove {dir:?}"), e))
 }
 

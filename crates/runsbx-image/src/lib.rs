@@ -15,7 +15,9 @@
 
 mod archive;
 mod build;
+pub mod error;
 mod layer;
+pub mod mountinfo;
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
@@ -27,10 +29,8 @@ use nix::fcntl::{Flock, FlockArg, RenameFlags};
 use nix::unistd::Uid;
 use serde::{Deserialize, Serialize};
 
-use crate::error::{Result, RuntimeError};
-use crate::sys::privilege;
-
 pub use build::BuildOptions;
+pub use error::{ImageError, Result};
 
 /// The image `runsbx call` runs on when none is named.
 pub const DEFAULT_IMAGE: &str = "python";
@@ -105,6 +105,10 @@ struct ImageJson {
 pub struct ImageStore {
     images: PathBuf,
     system: Option<PathBuf>,
+    /// Whether the caller is unprivileged (not real root): decides the
+    /// default data directory, whether files may be given their owners,
+    /// and whether an image can be built.
+    rootless: bool,
 }
 
 impl ImageStore {
@@ -112,22 +116,26 @@ impl ImageStore {
     /// default: /var/lib/runsbx for root, `$XDG_DATA_HOME/runsbx` or
     /// `~/.local/share/runsbx` for everyone else. Nothing is created until
     /// an image is imported or built.
-    pub fn open(data_dir: Option<&Path>) -> Result<Self> {
+    pub fn open(data_dir: Option<&Path>, rootless: bool) -> Result<Self> {
         let from_env = std::env::var_os("RUNSBX_DATA_DIR")
             .filter(|d| !d.is_empty())
             .map(PathBuf::from);
         let (data, default) = match data_dir.map(Path::to_path_buf).or(from_env) {
             Some(dir) => (dir, false),
-            None => (default_data_dir()?, true),
+            None => (default_data_dir(rootless)?, true),
         };
         let data = std::path::absolute(&data)
-            .map_err(|e| RuntimeError::io(format!("data directory {data:?}"), e))?;
+            .map_err(|e| ImageError::io(format!("data directory {data:?}"), e))?;
         let images = data.join("images");
         let system_images = Path::new(SYSTEM_DATA_DIR).join("images");
         // An unprivileged user runs the images root built (`sudo runsbx
         // image build python`) without a copy of their own.
         let system = (default && images != system_images).then_some(system_images);
-        Ok(Self { images, system })
+        Ok(Self {
+            images,
+            system,
+            rootless,
+        })
     }
 
     /// The directory this store keeps its images in.
@@ -147,7 +155,7 @@ impl ImageStore {
             let json = read_image_json(&path)?;
             let rootfs = path.join("rootfs");
             if !fs::symlink_metadata(&rootfs).is_ok_and(|m| m.is_dir()) {
-                return Err(RuntimeError::invalid(
+                return Err(ImageError::invalid(
                     format!("image `{name}` ({path:?})"),
                     "it has no rootfs directory; remove it with `runsbx image rm` and \
                      import or build it again",
@@ -155,10 +163,9 @@ impl ImageStore {
             }
             // Held by the call for its life; refused only while `image rm`
             // deletes the image.
-            let in_use =
-                flock_image(&path, libc::LOCK_SH).ok_or_else(|| RuntimeError::ImageInUse {
-                    name: name.to_owned(),
-                })?;
+            let in_use = flock_image(&path, libc::LOCK_SH).ok_or_else(|| ImageError::InUse {
+                name: name.to_owned(),
+            })?;
             return Ok(Image {
                 name: name.to_owned(),
                 rootfs,
@@ -166,7 +173,7 @@ impl ImageStore {
                 _in_use: std::sync::Arc::new(in_use),
             });
         }
-        Err(RuntimeError::ImageNotFound {
+        Err(ImageError::NotFound {
             name: name.to_owned(),
             searched: self.search_dirs().map(Path::to_path_buf).collect(),
         })
@@ -180,7 +187,7 @@ impl ImageStore {
             let entries = match fs::read_dir(dir) {
                 Ok(entries) => entries,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(RuntimeError::io(format!("read image store {dir:?}"), e)),
+                Err(e) => return Err(ImageError::io(format!("read image store {dir:?}"), e)),
             };
             for entry in entries.flatten() {
                 let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
@@ -217,7 +224,7 @@ impl ImageStore {
         };
         if fs::symlink_metadata(&path).is_err() {
             if let Some(system) = self.system.as_ref().filter(|s| s.join(name).exists()) {
-                return Err(RuntimeError::invalid(
+                return Err(ImageError::invalid(
                     format!("remove image `{name}`"),
                     format!(
                         "it is in the system store {system:?}, not in yours {:?}; \
@@ -226,27 +233,26 @@ impl ImageStore {
                     ),
                 ));
             }
-            return Err(RuntimeError::ImageNotFound {
+            return Err(ImageError::NotFound {
                 name: name.to_owned(),
                 searched: vec![self.images.clone()],
             });
         }
         // Exclusive until the image is gone: no call starts on it meanwhile.
-        let _deleting =
-            match fs::symlink_metadata(path.join(IMAGE_JSON)) {
-                Ok(_) => Some(flock_image(&path, libc::LOCK_EX).ok_or_else(|| {
-                    RuntimeError::ImageInUse {
-                        name: name.to_owned(),
-                    }
-                })?),
-                Err(_) => None,
-            };
+        let _deleting = match fs::symlink_metadata(path.join(IMAGE_JSON)) {
+            Ok(_) => Some(
+                flock_image(&path, libc::LOCK_EX).ok_or_else(|| ImageError::InUse {
+                    name: name.to_owned(),
+                })?,
+            ),
+            Err(_) => None,
+        };
         sweep_stale(&self.images);
         // Out of its name first, so that no one resolves a half-deleted image.
         let doomed = self.images.join(tmp_name(name));
         remove_tree(&doomed)?;
         fs::rename(&path, &doomed)
-            .map_err(|e| RuntimeError::io(format!("remove image `{name}` ({path:?})"), e))?;
+            .map_err(|e| ImageError::io(format!("remove image `{name}` ({path:?})"), e))?;
         remove_tree(&doomed)
     }
 
@@ -269,7 +275,7 @@ impl ImageStore {
         sweep_stale(&self.images);
         self.refuse_existing(&name, replace)?;
         let staging = Staging::create(&self.images, &name)?;
-        let config = opened.unpack(&staging.rootfs())?;
+        let config = opened.unpack(&staging.rootfs(), self.rootless)?;
         staging.commit(opened.source(), config, replace)
     }
 
@@ -277,7 +283,7 @@ impl ImageStore {
     /// debootstrap; needs root).
     pub fn build(&self, recipe: &str, opts: &BuildOptions) -> Result<ImageInfo> {
         validate_name(recipe)?;
-        let plan = build::plan(recipe, opts)?;
+        let plan = build::plan(recipe, opts, self.rootless)?;
         self.prepare()?;
         let _lock = self.lock()?;
         sweep_stale(&self.images);
@@ -299,7 +305,7 @@ impl ImageStore {
             .mode(0o755)
             .create(&self.images)
             .map_err(|e| {
-                RuntimeError::io(
+                ImageError::io(
                     format!(
                         "create image store {:?} (pass a writable --data-dir)",
                         self.images
@@ -308,9 +314,9 @@ impl ImageStore {
                 )
             })?;
         let meta = fs::symlink_metadata(&self.images)
-            .map_err(|e| RuntimeError::io(format!("image store {:?}", self.images), e))?;
+            .map_err(|e| ImageError::io(format!("image store {:?}", self.images), e))?;
         if meta.uid() != Uid::effective().as_raw() {
-            return Err(RuntimeError::invalid(
+            return Err(ImageError::invalid(
                 format!("image store {:?}", self.images),
                 format!(
                     "it is owned by uid {}, not by us (uid {}); pass --data-dir",
@@ -336,14 +342,14 @@ impl ImageStore {
             .mode(0o644)
             .custom_flags(libc::O_NOFOLLOW)
             .open(&path)
-            .map_err(|e| RuntimeError::io(ctx(), e))?;
-        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| RuntimeError::sys(ctx(), e))
+            .map_err(|e| ImageError::io(ctx(), e))?;
+        Flock::lock(file, FlockArg::LockExclusive).map_err(|(_, e)| ImageError::sys(ctx(), e))
     }
 
     fn refuse_existing(&self, name: &str, replace: bool) -> Result<()> {
         let path = self.images.join(name);
         if !replace && fs::symlink_metadata(&path).is_ok() {
-            return Err(RuntimeError::ImageExists {
+            return Err(ImageError::Exists {
                 name: name.to_owned(),
                 path,
             });
@@ -364,7 +370,7 @@ pub fn validate_name(name: &str) -> Result<()> {
         return Ok(());
     }
     let shown: String = name.chars().take(MAX_NAME_LEN + 8).collect();
-    Err(RuntimeError::invalid(
+    Err(ImageError::invalid(
         format!("image name {shown:?}"),
         format!(
             "use 1-{MAX_NAME_LEN} characters from [a-z0-9._-], starting with a letter or digit"
@@ -373,8 +379,8 @@ pub fn validate_name(name: &str) -> Result<()> {
 }
 
 /// The default data directory of the caller.
-pub(crate) fn default_data_dir() -> Result<PathBuf> {
-    if !privilege::rootless() {
+pub fn default_data_dir(rootless: bool) -> Result<PathBuf> {
+    if !rootless {
         return Ok(PathBuf::from(SYSTEM_DATA_DIR));
     }
     let env_dir = |var: &str| {
@@ -393,7 +399,7 @@ pub(crate) fn default_data_dir() -> Result<PathBuf> {
     });
     match home {
         Some(home) => Ok(home.join(".local/share/runsbx")),
-        None => Err(RuntimeError::invalid(
+        None => Err(ImageError::invalid(
             "image store",
             "no $XDG_DATA_HOME, $HOME or home directory to keep images in; pass --data-dir",
         )),
@@ -402,16 +408,16 @@ pub(crate) fn default_data_dir() -> Result<PathBuf> {
 
 /// Refuses a store others could have planted images in.
 fn check_store_dir(dir: &Path) -> Result<()> {
-    let meta = fs::symlink_metadata(dir)
-        .map_err(|e| RuntimeError::io(format!("image store {dir:?}"), e))?;
+    let meta =
+        fs::symlink_metadata(dir).map_err(|e| ImageError::io(format!("image store {dir:?}"), e))?;
     if !meta.is_dir() {
-        return Err(RuntimeError::invalid(
+        return Err(ImageError::invalid(
             format!("image store {dir:?}"),
             "it is not a directory",
         ));
     }
     if meta.mode() & 0o022 != 0 {
-        return Err(RuntimeError::invalid(
+        return Err(ImageError::invalid(
             format!("image store {dir:?}"),
             format!(
                 "it is writable by others (mode {:o}); chmod go-w it",
@@ -425,7 +431,7 @@ fn check_store_dir(dir: &Path) -> Result<()> {
 fn read_image_json(image_dir: &Path) -> Result<ImageJson> {
     let path = image_dir.join(IMAGE_JSON);
     let broken = |reason: String| {
-        RuntimeError::invalid(
+        ImageError::invalid(
             format!("image {image_dir:?}"),
             format!("{reason}; remove it with `runsbx image rm` and import or build it again"),
         )
@@ -469,18 +475,18 @@ fn sweep_stale(images: &Path) {
 /// killed debootstrap leaves them), then the files, making directories
 /// writable when a rootless caller cannot otherwise delete from them.
 pub(crate) fn remove_tree(path: &Path) -> Result<()> {
-    crate::sys::mountinfo::unmount_under(path)?;
+    crate::mountinfo::unmount_under(path)?;
     let ctx = || format!("remove {path:?}");
     match fs::remove_dir_all(path) {
         Ok(()) => return Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
         Err(e) if e.kind() != io::ErrorKind::PermissionDenied => {
-            return Err(RuntimeError::io(ctx(), e))
+            return Err(ImageError::io(ctx(), e))
         }
         Err(_) => {}
     }
     make_dirs_writable(path);
-    fs::remove_dir_all(path).map_err(|e| RuntimeError::io(ctx(), e))
+    fs::remove_dir_all(path).map_err(|e| ImageError::io(ctx(), e))
 }
 
 fn make_dirs_writable(dir: &Path) {
@@ -519,11 +525,11 @@ impl Staging {
         fs::DirBuilder::new()
             .mode(0o755)
             .create(&staging.dir)
-            .map_err(|e| RuntimeError::io(format!("create {:?}", staging.dir), e))?;
+            .map_err(|e| ImageError::io(format!("create {:?}", staging.dir), e))?;
         fs::DirBuilder::new()
             .mode(0o755)
             .create(staging.rootfs())
-            .map_err(|e| RuntimeError::io(format!("create {:?}", staging.rootfs()), e))?;
+            .map_err(|e| ImageError::io(format!("create {:?}", staging.rootfs()), e))?;
         Ok(staging)
     }
 
@@ -539,7 +545,7 @@ impl Staging {
         // The staging directory's mode is umask-dependent; the rootfs is
         // the container's `/`.
         fs::set_permissions(&rootfs, fs::Permissions::from_mode(0o755))
-            .map_err(|e| RuntimeError::io(format!("chmod {rootfs:?}"), e))?;
+            .map_err(|e| ImageError::io(format!("chmod {rootfs:?}"), e))?;
         make_mount_points(&rootfs)?;
         let json = ImageJson {
             name: self.name.clone(),
@@ -549,14 +555,14 @@ impl Staging {
             config,
         };
         let text = serde_json::to_vec_pretty(&json)
-            .map_err(|e| RuntimeError::invalid("image.json", e.to_string()))?;
+            .map_err(|e| ImageError::invalid("image.json", e.to_string()))?;
         let json_path = self.dir.join(IMAGE_JSON);
         fs::write(&json_path, text)
-            .map_err(|e| RuntimeError::io(format!("write {json_path:?}"), e))?;
+            .map_err(|e| ImageError::io(format!("write {json_path:?}"), e))?;
 
         let dest = self.images.join(&self.name);
         // The image replaced is deleted afterwards: not while a call runs on it.
-        let in_use = || RuntimeError::ImageInUse {
+        let in_use = || ImageError::InUse {
             name: self.name.clone(),
         };
         let _replacing = if replace && fs::symlink_metadata(dest.join(IMAGE_JSON)).is_ok() {
@@ -570,11 +576,11 @@ impl Staging {
             RenameFlags::RENAME_NOREPLACE
         };
         nix::fcntl::renameat2(None, &self.dir, None, &dest, flags).map_err(|e| match e {
-            nix::Error::EEXIST => RuntimeError::ImageExists {
+            nix::Error::EEXIST => ImageError::Exists {
                 name: self.name.clone(),
                 path: dest.clone(),
             },
-            e => RuntimeError::sys(format!("rename {:?} to {dest:?}", self.dir), e),
+            e => ImageError::sys(format!("rename {:?} to {dest:?}", self.dir), e),
         })?;
         if flags == RenameFlags::RENAME_NOREPLACE {
             self.committed = true;
@@ -636,14 +642,14 @@ const MOUNT_POINTS: &[&str] = &["/proc", "/dev", "/sys", "/tmp", "/workspace"];
 
 fn make_mount_points(rootfs: &Path) -> Result<()> {
     let root = pathrs::Root::open(rootfs)
-        .map_err(|e| RuntimeError::invalid(format!("open the rootfs {rootfs:?}"), e.to_string()))?;
+        .map_err(|e| ImageError::invalid(format!("open the rootfs {rootfs:?}"), e.to_string()))?;
     for dir in MOUNT_POINTS {
         if root.resolve(dir).is_ok() {
             continue;
         }
         root.mkdir_all(dir, &fs::Permissions::from_mode(0o755))
             .map_err(|e| {
-                RuntimeError::invalid(format!("create {dir} in the image"), e.to_string())
+                ImageError::invalid(format!("create {dir} in the image"), e.to_string())
             })?;
     }
     Ok(())

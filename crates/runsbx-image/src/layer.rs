@@ -28,7 +28,7 @@ use pathrs::flags::OpenFlags;
 use pathrs::{InodeType, Root};
 use tar::EntryType;
 
-use crate::error::{Result, RuntimeError};
+use crate::error::{ImageError, Result};
 
 const WHITEOUT_PREFIX: &str = ".wh.";
 const OPAQUE_WHITEOUT: &str = ".wh..wh..opq";
@@ -58,7 +58,7 @@ struct Attrs {
 impl Unpacker {
     pub(super) fn new(rootfs: &Path, chown: bool) -> Result<Self> {
         let root = Root::open(rootfs)
-            .map_err(|e| RuntimeError::io(format!("open {rootfs:?}"), io::Error::other(e)))?;
+            .map_err(|e| ImageError::io(format!("open {rootfs:?}"), io::Error::other(e)))?;
         Ok(Self {
             root,
             chown,
@@ -69,7 +69,7 @@ impl Unpacker {
 
     /// Applies one layer; `what` names it in errors ("layer 2/5 of …").
     pub(super) fn apply(&mut self, layer: impl Read, what: &str) -> Result<()> {
-        let corrupt = |e: io::Error| RuntimeError::invalid(what, format!("not a valid tar: {e}"));
+        let corrupt = |e: io::Error| ImageError::invalid(what, format!("not a valid tar: {e}"));
         let mut archive = tar::Archive::new(layer);
         // This layer's own paths and their parents, which its whiteouts
         // must leave alone.
@@ -77,9 +77,8 @@ impl Unpacker {
         for entry in archive.entries().map_err(corrupt)? {
             let mut entry = entry.map_err(corrupt)?;
             let raw = entry.path().map_err(corrupt)?.into_owned();
-            let path = in_root(&raw).map_err(|reason| {
-                RuntimeError::invalid(what, format!("entry {raw:?}: {reason}"))
-            })?;
+            let path = in_root(&raw)
+                .map_err(|reason| ImageError::invalid(what, format!("entry {raw:?}: {reason}")))?;
             let Some(path) = path else {
                 continue; // the root itself ("./")
             };
@@ -118,18 +117,18 @@ impl Unpacker {
             };
             let ctx = || format!("set the attributes of {path:?}");
             self.set_attrs(&dir, attrs)
-                .map_err(|e| RuntimeError::io(ctx(), e))?;
+                .map_err(|e| ImageError::io(ctx(), e))?;
         }
         Ok(())
     }
 
     fn entry<R: Read>(&mut self, path: &Path, entry: &mut tar::Entry<R>, what: &str) -> Result<()> {
         let attrs = Attrs::of(entry)
-            .map_err(|e| RuntimeError::invalid(what, format!("entry {path:?}: bad header: {e}")))?;
+            .map_err(|e| ImageError::invalid(what, format!("entry {path:?}: bad header: {e}")))?;
         let link = || -> Result<PathBuf> {
             match entry.link_name() {
                 Ok(Some(target)) => Ok(target.into_owned()),
-                _ => Err(RuntimeError::invalid(
+                _ => Err(ImageError::invalid(
                     what,
                     format!("entry {path:?}: a link without a target"),
                 )),
@@ -183,14 +182,14 @@ impl Unpacker {
             .map_err(|e| fs_error(what, "create", path, e))?;
         copy(data, &mut file).map_err(|e| match e {
             CopyError::Read(e) => {
-                RuntimeError::invalid(what, format!("entry {path:?}: cannot read its data: {e}"))
+                ImageError::invalid(what, format!("entry {path:?}: cannot read its data: {e}"))
             }
-            CopyError::Write(e) => RuntimeError::io(format!("{what}: write {path:?}"), e),
+            CopyError::Write(e) => ImageError::io(format!("{what}: write {path:?}"), e),
         })?;
         // Set-id bits are kept, as in the image: the sandbox runs with
         // no_new_privs, so they give nothing there.
         self.set_attrs(&file, &attrs)
-            .map_err(|e| RuntimeError::io(format!("{what}: set the attributes of {path:?}"), e))
+            .map_err(|e| ImageError::io(format!("{what}: set the attributes of {path:?}"), e))
     }
 
     fn symlink(&mut self, path: &Path, target: &Path, attrs: Attrs, what: &str) -> Result<()> {
@@ -212,7 +211,7 @@ impl Unpacker {
                 Some(attrs.gid.into()),
                 nix::fcntl::AtFlags::AT_EMPTY_PATH | nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
             )
-            .map_err(|e| RuntimeError::sys(format!("{what}: chown symlink {path:?}"), e))?;
+            .map_err(|e| ImageError::sys(format!("{what}: chown symlink {path:?}"), e))?;
         }
         Ok(())
     }
@@ -224,7 +223,7 @@ impl Unpacker {
             Ok(Some(target)) => target,
             Ok(None) => PathBuf::from("/"),
             Err(reason) => {
-                return Err(RuntimeError::invalid(
+                return Err(ImageError::invalid(
                     what,
                     format!("hard link {path:?} to {target:?}: {reason}"),
                 ))
@@ -237,7 +236,7 @@ impl Unpacker {
         self.root
             .create(path, &InodeType::Hardlink(target.clone()))
             .map_err(|e| match errno(&e) {
-                Some(libc::ENOENT) => RuntimeError::invalid(
+                Some(libc::ENOENT) => ImageError::invalid(
                     what,
                     format!("hard link {path:?} to {target:?}, which is not in the image"),
                 ),
@@ -268,7 +267,7 @@ impl Unpacker {
         };
         let is_dir = File::from(OwnedFd::from(existing))
             .metadata()
-            .map_err(|e| RuntimeError::io(format!("{what}: stat {path:?}"), e))?
+            .map_err(|e| ImageError::io(format!("{what}: stat {path:?}"), e))?
             .is_dir();
         if is_dir && for_dir {
             return Ok(true);
@@ -298,7 +297,7 @@ impl Unpacker {
     /// this layer's entries (`ours`) there and below.
     fn clear_lower(&mut self, dir: &Path, ours: &HashSet<PathBuf>, what: &str) -> Result<()> {
         let children = children(&self.root, dir)
-            .map_err(|e| RuntimeError::io(format!("{what}: read directory {dir:?}"), e))?;
+            .map_err(|e| ImageError::io(format!("{what}: read directory {dir:?}"), e))?;
         for child in children {
             if ours.contains(&child) {
                 self.clear_lower(&child, ours, what)?;
@@ -412,12 +411,12 @@ fn errno(e: &pathrs::error::Error) -> Option<i32> {
 /// A failed file operation: the host's fault (no space, I/O) or, for
 /// everything else, the layer's (a file where a directory must be, a
 /// dangling symlink as a parent, a hard link to a directory).
-fn fs_error(what: &str, op: &str, path: &Path, e: pathrs::error::Error) -> RuntimeError {
+fn fs_error(what: &str, op: &str, path: &Path, e: pathrs::error::Error) -> ImageError {
     match errno(&e) {
         Some(libc::ENOSPC | libc::EDQUOT | libc::EIO | libc::EROFS | libc::ENOMEM) => {
-            RuntimeError::io(format!("{what}: {op} {path:?}"), io::Error::other(e))
+            ImageError::io(format!("{what}: {op} {path:?}"), io::Error::other(e))
         }
-        _ => RuntimeError::invalid(what, format!("{op} {path:?}: {e}")),
+        _ => ImageError::invalid(what, format!("{op} {path:?}: {e}")),
     }
 }
 

@@ -1,15 +1,17 @@
-//! Reading /proc/self/mountinfo, and unmounting what lies under a path.
+//! Reading /proc/self/mountinfo, and unmounting what lies under a path:
+//! the image store unmounts what a build left before removing a tree, and
+//! the runtime uses the same reader (the lowest crate that needs it).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Result, RuntimeError};
+use crate::error::{ImageError, Result};
 
 /// Detaches every mount at or below `path`, deepest first.
 pub fn unmount_under(path: &Path) -> Result<()> {
     use nix::mount::{umount2, MntFlags};
     let info = fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| RuntimeError::io("read /proc/self/mountinfo", e))?;
+        .map_err(|e| ImageError::io("read /proc/self/mountinfo", e))?;
     let mut points: Vec<PathBuf> = info
         .lines()
         .filter_map(|l| l.split_whitespace().nth(4).map(unescape_mountinfo))
@@ -19,7 +21,7 @@ pub fn unmount_under(path: &Path) -> Result<()> {
     for p in points {
         match umount2(&p, MntFlags::MNT_DETACH) {
             Ok(()) | Err(nix::Error::EINVAL) | Err(nix::Error::ENOENT) => {}
-            Err(e) => return Err(RuntimeError::sys(format!("unmount {p:?}"), e)),
+            Err(e) => return Err(ImageError::sys(format!("unmount {p:?}"), e)),
         }
     }
     Ok(())
@@ -29,7 +31,7 @@ pub fn unmount_under(path: &Path) -> Result<()> {
 /// types (`cgroup`, `cgroup2`).
 pub fn mount_points_of(types: &[&str]) -> Result<Vec<PathBuf>> {
     let info = fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| RuntimeError::io("read /proc/self/mountinfo", e))?;
+        .map_err(|e| ImageError::io("read /proc/self/mountinfo", e))?;
     Ok(info
         .lines()
         .filter_map(|line| {

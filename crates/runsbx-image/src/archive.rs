@@ -22,8 +22,7 @@ use serde::Deserialize;
 
 use super::layer::Unpacker;
 use super::{progress, validate_name, ImageConfig};
-use crate::error::{Result, RuntimeError};
-use crate::sys::privilege;
+use crate::error::{ImageError, Result};
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
@@ -81,26 +80,26 @@ impl Archive {
     pub(super) fn open(path: &Path, scratch: impl FnOnce() -> Result<PathBuf>) -> Result<Self> {
         let what = || format!("image archive {path:?}");
         let meta = fs::metadata(path).map_err(|e| match e.kind() {
-            io::ErrorKind::NotFound => RuntimeError::invalid(what(), "no such file"),
-            _ => RuntimeError::io(what(), e),
+            io::ErrorKind::NotFound => ImageError::invalid(what(), "no such file"),
+            _ => ImageError::io(what(), e),
         })?;
         if !meta.is_file() {
-            return Err(RuntimeError::invalid(
+            return Err(ImageError::invalid(
                 what(),
                 "not a file (pass the file `podman save -o FILE` or `docker save -o FILE` wrote)",
             ));
         }
-        let mut file = File::open(path).map_err(|e| RuntimeError::io(what(), e))?;
+        let mut file = File::open(path).map_err(|e| ImageError::io(what(), e))?;
         let mut magic = [0u8; 2];
         let n = file
             .read_at(&mut magic, 0)
-            .map_err(|e| RuntimeError::io(what(), e))?;
+            .map_err(|e| ImageError::io(what(), e))?;
         if n == 2 && magic == GZIP_MAGIC {
             file = decompress(&file, &scratch()?, &what())?;
         }
         let path = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
         let members = index(&file).map_err(|e| {
-            RuntimeError::invalid(
+            ImageError::invalid(
                 what(),
                 format!("not a docker-archive or oci-archive (not a tar: {e})"),
             )
@@ -123,7 +122,7 @@ impl Archive {
             archive.format = Format::Oci;
             archive.read_oci()?;
         } else {
-            return Err(RuntimeError::invalid(
+            return Err(ImageError::invalid(
                 what(),
                 "not a docker-archive or oci-archive: it has neither manifest.json nor \
                  oci-layout and index.json (make one with `podman save --format \
@@ -146,14 +145,14 @@ impl Archive {
     /// `busybox`.
     pub(super) fn default_name(&self) -> Result<String> {
         let Some(reference) = &self.reference else {
-            return Err(RuntimeError::invalid(
+            return Err(ImageError::invalid(
                 format!("image archive {:?}", self.path),
                 "it does not name its image; pass --name NAME",
             ));
         };
         let name = short_name(reference);
         validate_name(&name).map_err(|e| {
-            RuntimeError::invalid(
+            ImageError::invalid(
                 format!("image archive {:?}", self.path),
                 format!("its image is called {reference:?}, and {e}; pass --name NAME"),
             )
@@ -162,7 +161,7 @@ impl Archive {
     }
 
     /// Applies the layers in order into `rootfs`; returns the image config.
-    pub(super) fn unpack(&self, rootfs: &Path) -> Result<ImageConfig> {
+    pub(super) fn unpack(&self, rootfs: &Path, rootless: bool) -> Result<ImageConfig> {
         if let Some(arch) = self.architecture.as_deref() {
             if !arch.is_empty() && arch != host_arch() {
                 progress(&format!(
@@ -171,7 +170,7 @@ impl Archive {
                 ));
             }
         }
-        let mut unpacker = Unpacker::new(rootfs, !privilege::rootless())?;
+        let mut unpacker = Unpacker::new(rootfs, !rootless)?;
         let total = self.layers.len();
         for (i, layer) in self.layers.iter().enumerate() {
             let what = format!(
@@ -196,7 +195,7 @@ impl Archive {
 
     fn layer_reader<'a>(&'a self, layer: &LayerRef, what: &str) -> Result<Box<dyn Read + 'a>> {
         let zstd = || {
-            RuntimeError::unsupported(
+            ImageError::unsupported(
                 what,
                 "zstd-compressed layers are not supported; save the image with gzip or \
                  uncompressed layers (`podman save --format oci-archive` or \
@@ -213,7 +212,7 @@ impl Archive {
         let mut reader = BufReader::new(self.member(&layer.member)?);
         let head = reader
             .fill_buf()
-            .map_err(|e| RuntimeError::io(format!("read {what}"), e))?;
+            .map_err(|e| ImageError::io(format!("read {what}"), e))?;
         if head.starts_with(&ZSTD_MAGIC) {
             return Err(zstd());
         }
@@ -350,7 +349,7 @@ impl Archive {
         self.member(member)?
             .take(MAX_JSON)
             .read_to_end(&mut text)
-            .map_err(|e| RuntimeError::io(format!("read {member} of {:?}", self.path), e))?;
+            .map_err(|e| ImageError::io(format!("read {member} of {:?}", self.path), e))?;
         serde_json::from_slice(&text).map_err(|e| self.bad(format!("{member}: {e}")))
     }
 
@@ -373,11 +372,11 @@ impl Archive {
         Err(self.bad(format!("{name:?} is named by the manifest but missing")))
     }
 
-    fn bad(&self, reason: impl Into<String>) -> RuntimeError {
-        RuntimeError::invalid(format!("{} {:?}", self.format.name(), self.path), reason)
+    fn bad(&self, reason: impl Into<String>) -> ImageError {
+        ImageError::invalid(format!("{} {:?}", self.format.name(), self.path), reason)
     }
 
-    fn count_error(&self, n: usize) -> RuntimeError {
+    fn count_error(&self, n: usize) -> ImageError {
         self.bad(format!(
             "it holds {n} images; runsbx imports one (save a single image to the file)"
         ))
@@ -508,7 +507,7 @@ fn blob_member(digest: &str) -> Result<String> {
         Some((alg, hex)) if valid(alg, b"+._-") && valid(hex, b"=_-") => {
             Ok(format!("blobs/{alg}/{hex}"))
         }
-        _ => Err(RuntimeError::invalid(
+        _ => Err(ImageError::invalid(
             format!("digest {digest:?}"),
             "not a valid OCI digest (algorithm:hex)",
         )),
@@ -543,17 +542,17 @@ fn decompress(file: &File, dir: &Path, what: &str) -> Result<File> {
         .mode(0o600)
         .custom_flags(libc::O_TMPFILE)
         .open(dir)
-        .map_err(|e| RuntimeError::io(format!("{what}: a scratch file in {dir:?}"), e))?;
+        .map_err(|e| ImageError::io(format!("{what}: a scratch file in {dir:?}"), e))?;
     let mut gz = flate2::read::MultiGzDecoder::new(file);
     io::copy(&mut gz, &mut out).map_err(|e| match e.kind() {
         io::ErrorKind::InvalidInput | io::ErrorKind::InvalidData | io::ErrorKind::UnexpectedEof => {
-            RuntimeError::invalid(what, format!("not a valid gzip stream: {e}"))
+            ImageError::invalid(what, format!("not a valid gzip stream: {e}"))
         }
-        _ => RuntimeError::io(format!("{what}: decompress"), e),
+        _ => ImageError::io(format!("{what}: decompress"), e),
     })?;
     // The index counts offsets from where the tar is read first.
     out.seek(io::SeekFrom::Start(0))
-        .map_err(|e| RuntimeError::io(format!("{what}: decompress"), e))?;
+        .map_err(|e| ImageError::io(format!("{what}: decompress"), e))?;
     Ok(out)
 }
 

@@ -13,7 +13,10 @@ fn image_names() {
         "", ".", "..", ".hidden", "-x", "_x", "Python", "a/b", "../x", "a b", "é", "x:tag", &long,
     ] {
         let err = validate_name(bad).expect_err(bad);
-        assert_eq!(err.exit_code(), crate::exit::INVALID_INPUT, "{bad:?}");
+        assert!(
+            matches!(err, ImageError::Invalid { .. }),
+            "{bad:?}: {err:?}"
+        );
         assert!(err.to_string().contains("[a-z0-9._-]"), "{err}");
     }
 }
@@ -23,6 +26,7 @@ fn store(dir: &Path) -> ImageStore {
     ImageStore {
         images: dir.join("user/images"),
         system: Some(dir.join("system/images")),
+        rootless: false,
     }
 }
 
@@ -48,7 +52,7 @@ fn unknown_image_names_the_dirs_searched_and_the_fix() {
     let tmp = tempfile::tempdir().unwrap();
     let s = store(tmp.path());
     let err = s.resolve("nope").expect_err("found");
-    assert_eq!(err.exit_code(), crate::exit::NOT_FOUND);
+    assert!(matches!(err, ImageError::NotFound { .. }), "{err:?}");
     let msg = err.to_string();
     for part in [
         "`nope`",
@@ -104,7 +108,7 @@ fn remove_leaves_nothing_and_unknown_is_not_found() {
         .collect();
     assert_eq!(left, [LOCK_FILE]);
     let err = s.remove("t1").expect_err("removed twice");
-    assert_eq!(err.exit_code(), crate::exit::NOT_FOUND);
+    assert!(matches!(err, ImageError::NotFound { .. }), "{err:?}");
 }
 
 #[test]
@@ -139,7 +143,7 @@ fn staging_is_removed_unless_committed() {
     let err = staging
         .commit("two".into(), ImageConfig::default(), false)
         .expect_err("replaced without replace");
-    assert_eq!(err.exit_code(), crate::exit::CONFLICT);
+    assert!(matches!(err, ImageError::Exists { .. }), "{err:?}");
     let staging = Staging::create(&s.images, "t1").unwrap();
     fs::write(staging.rootfs().join("f"), "new").unwrap();
     let info = staging

@@ -14,14 +14,13 @@ use serde::Deserialize;
 
 use super::layer::children;
 use super::{progress, ImageConfig};
-use crate::error::{Result, RuntimeError};
-use crate::sys::mountinfo::unmount_under;
-use crate::sys::privilege;
+use crate::error::{ImageError, Result};
+use crate::mountinfo::unmount_under;
 
 /// The recipes runsbx can build, by image name.
 const RECIPES: &[(&str, &str)] = &[(
     "python",
-    include_str!("../../../../bundles/images/python.toml"),
+    include_str!("../../../bundles/images/python.toml"),
 )];
 
 /// Where apt keeps its sources and its configuration.
@@ -72,11 +71,11 @@ impl Plan {
 }
 
 /// Checks that recipe `name` can be built here and how.
-pub(super) fn plan(name: &str, opts: &BuildOptions) -> Result<Plan> {
+pub(super) fn plan(name: &str, opts: &BuildOptions, rootless: bool) -> Result<Plan> {
     let recipe = recipe(name)?;
     let what = format!("image build {name}");
-    if privilege::rootless() {
-        return Err(RuntimeError::unsupported(
+    if rootless {
+        return Err(ImageError::unsupported(
             what,
             format!(
                 "debootstrap needs root: run `sudo runsbx image build {name}`, or import an \
@@ -85,7 +84,7 @@ pub(super) fn plan(name: &str, opts: &BuildOptions) -> Result<Plan> {
         ));
     }
     let debootstrap = find_program("debootstrap").ok_or_else(|| {
-        RuntimeError::unsupported(
+        ImageError::unsupported(
             &what,
             "debootstrap is not installed (`apt-get install debootstrap`)",
         )
@@ -94,7 +93,7 @@ pub(super) fn plan(name: &str, opts: &BuildOptions) -> Result<Plan> {
         Some(mirror) => mirror.clone(),
         None => {
             mirror_in_sources(&read_all(apt_source_files()), &recipe.suite).ok_or_else(|| {
-                RuntimeError::invalid(
+                ImageError::invalid(
                     &what,
                     format!(
                         "no apt source in {APT_SOURCES} or {APT_SOURCES_DIR} lists suite `{}`; \
@@ -152,14 +151,14 @@ pub(super) fn run(plan: &Plan, rootfs: &Path) -> Result<ImageConfig> {
     ));
     let status = cmd
         .status()
-        .map_err(|e| RuntimeError::io(format!("run {:?}", plan.debootstrap), e));
+        .map_err(|e| ImageError::io(format!("run {:?}", plan.debootstrap), e));
     // debootstrap mounts /proc and /sys in its target; a failed one may
     // leave them there.
     unmount_under(rootfs)?;
     let status = status?;
     if !status.success() {
         show_log_tail(&rootfs.join("debootstrap/debootstrap.log"));
-        return Err(RuntimeError::io(
+        return Err(ImageError::io(
             format!("debootstrap {} into {rootfs:?}", r.suite),
             std::io::Error::other(format!(
                 "debootstrap failed ({status}); see its output above"
@@ -177,7 +176,7 @@ pub(super) fn run(plan: &Plan, rootfs: &Path) -> Result<ImageConfig> {
 fn recipe(name: &str) -> Result<Recipe> {
     let Some((_, text)) = RECIPES.iter().find(|(n, _)| *n == name) else {
         let known: Vec<&str> = RECIPES.iter().map(|(n, _)| *n).collect();
-        return Err(RuntimeError::invalid(
+        return Err(ImageError::invalid(
             format!("image recipe `{name}`"),
             format!(
                 "runsbx can build {}; import any other image with `runsbx image import FILE`",
@@ -186,7 +185,7 @@ fn recipe(name: &str) -> Result<Recipe> {
         ));
     };
     toml::from_str(text)
-        .map_err(|e| RuntimeError::invalid(format!("image recipe `{name}`"), e.to_string()))
+        .map_err(|e| ImageError::invalid(format!("image recipe `{name}`"), e.to_string()))
 }
 
 /// What a built tree should not carry: the package cache and lists (tens
@@ -196,11 +195,11 @@ fn recipe(name: &str) -> Result<Recipe> {
 fn trim(rootfs: &Path, remove_contents: &[String]) -> Result<()> {
     let ctx = |what: &str| format!("trim {rootfs:?}: {what}");
     let root =
-        Root::open(rootfs).map_err(|e| RuntimeError::io(ctx("open"), std::io::Error::other(e)))?;
+        Root::open(rootfs).map_err(|e| ImageError::io(ctx("open"), std::io::Error::other(e)))?;
     let io =
-        |what: &str, e: pathrs::error::Error| RuntimeError::io(ctx(what), std::io::Error::other(e));
+        |what: &str, e: pathrs::error::Error| ImageError::io(ctx(what), std::io::Error::other(e));
     let debs = children(&root, Path::new("var/cache/apt/archives"))
-        .map_err(|e| RuntimeError::io(ctx("list var/cache/apt/archives"), e))?;
+        .map_err(|e| ImageError::io(ctx("list var/cache/apt/archives"), e))?;
     for deb in debs
         .iter()
         .filter(|p| p.extension().is_some_and(|e| e == "deb"))
@@ -211,7 +210,7 @@ fn trim(rootfs: &Path, remove_contents: &[String]) -> Result<()> {
         std::iter::once("var/lib/apt/lists").chain(remove_contents.iter().map(String::as_str));
     for dir in dirs {
         let entries = children(&root, Path::new(dir))
-            .map_err(|e| RuntimeError::io(ctx(&format!("list {dir}")), e))?;
+            .map_err(|e| ImageError::io(ctx(&format!("list {dir}")), e))?;
         for entry in entries {
             root.remove_all(&entry)
                 .map_err(|e| io(&format!("remove {}", entry.display()), e))?;
