@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::syscall::syscall::SyscallType;
 
-use crate::error::Result;
+use crate::error::{Result, RuntimeError};
 use crate::policy::Policy;
 use crate::sandbox::exec_guard::ExecGuard;
-use crate::state::container::load;
-use crate::state::container::op_err;
+use crate::sandbox::network::recheck_network;
+use crate::state::container::{init_pid, load, op_err, status_name};
 use crate::state::root::StateRoot;
 use crate::sys::signal::SignalGuard;
 use crate::sys::{cgroupless, privilege};
@@ -42,16 +42,16 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
     let lock = root.lock(id)?;
     let container = load(root, id)?;
     if !container.can_exec() {
-        return Err(crate::error::RuntimeError::WrongState {
+        return Err(RuntimeError::WrongState {
             id: id.to_owned(),
-            status: crate::state::container::status_name(container.status()).to_owned(),
+            status: status_name(container.status()).to_owned(),
             op: "exec",
         });
     }
-    let init = crate::state::container::init_pid(&container)?;
+    let init = init_pid(&container)?;
     // Whatever an engine did to the sandbox's network since the last
     // process started, the new one gets only `lo`.
-    crate::sandbox::network::recheck_network(&container, "exec")?;
+    recheck_network(&container, "exec")?;
     // Without cgroups, libcontainer's exec needs the same view as create.
     // The shadow is never unmounted: this process's mount namespace is its
     // own and ends with it (see the user namespace join below).
@@ -67,21 +67,42 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
     // would not apply (see exec_guard.rs).
     let effective = crate::state::bundle::load(container.bundle())?;
     let guard = ExecGuard::for_container(&effective.spec);
-    // The exec'd process gets no more than the container's own: capabilities
-    // only from the profile, no_new_privs always, the container's rlimits.
+    let process_file = check_process(opts, &effective, container.bundle())?;
+    // Last: once in the sandbox's user namespace, runsbx has no privilege
+    // over the host's mounts, only over the sandbox's namespaces.
+    join_user_namespace_of(init)?;
+    let pid = libcontainer_exec(root, id, opts, guard, process_file.as_deref());
+    if let Some(f) = &process_file {
+        let _ = std::fs::remove_file(f);
+    }
+    let pid = pid?;
+    drop(lock);
+    if opts.detach {
+        return Ok(0);
+    }
+    // Blocking after the process exists is safe: `wait_forwarding` reaps
+    // before it first waits for a signal.
+    SignalGuard::block_all()?.wait_forwarding(pid)
+}
+
+/// The exec'd process gets no more than the container's own: capabilities
+/// only from the profile, no_new_privs always, ids the sandbox maps (from
+/// `--user`, `--group`, `--additional-gids` or a `--process` file, which
+/// comes back hardened, as a file to hand libcontainer).
+fn check_process(
+    opts: &ExecOptions,
+    effective: &crate::state::bundle::Bundle,
+    bundle: &Path,
+) -> Result<Option<PathBuf>> {
     let policy = Policy::load(opts.config.as_deref())?;
     let profile = policy.profile_for(&effective.spec)?;
     if let Some(cap) = opts.caps.iter().find(|c| !profile.capabilities.contains(c)) {
-        return Err(crate::error::RuntimeError::Policy(
-            runsbx_policy::PolicyError::Refused {
-                what: format!("exec --cap {cap}"),
-                profile: profile.name.clone(),
-                key: format!("capabilities = [{cap:?}]"),
-            },
-        ));
+        return Err(RuntimeError::Policy(runsbx_policy::PolicyError::Refused {
+            what: format!("exec --cap {cap}"),
+            profile: profile.name.clone(),
+            key: format!("capabilities = [{cap:?}]"),
+        }));
     }
-    // Ids from --user, --group and --additional-gids must be ones the
-    // sandbox maps, as the policy checks for a process.json.
     if opts.user.is_some() || opts.group.is_some() || !opts.additional_gids.is_empty() {
         let mut process = effective.spec.process().clone().unwrap_or_default();
         let mut user = process.user().clone();
@@ -97,21 +118,24 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
         process.set_user(user);
         let host = crate::policy::host_facts(None);
         runsbx_policy::harden_exec(&effective.spec, process, &profile, &host)
-            .map_err(crate::error::RuntimeError::Policy)?;
+            .map_err(RuntimeError::Policy)?;
     }
-    let process_file = match &opts.process {
-        Some(path) => Some(harden_process_file(
-            path,
-            &effective,
-            &profile,
-            container.bundle(),
-        )?),
-        None => None,
-    };
-    // Last: once in the sandbox's user namespace, runsbx has no privilege
-    // over the host's mounts, only over the sandbox's namespaces.
-    join_user_namespace_of(init)?;
-    let pid = ContainerBuilder::new(id.to_owned(), SyscallType::default())
+    opts.process
+        .as_ref()
+        .map(|path| harden_process_file(path, effective, &profile, bundle))
+        .transpose()
+}
+
+/// libcontainer's tenant builder starts the process in the container's
+/// namespaces, through `guard`.
+fn libcontainer_exec(
+    root: &StateRoot,
+    id: &str,
+    opts: &ExecOptions,
+    guard: ExecGuard,
+    process_file: Option<&Path>,
+) -> Result<nix::unistd::Pid> {
+    ContainerBuilder::new(id.to_owned(), SyscallType::default())
         .with_executor(guard)
         .with_root_path(root.path())
         .and_then(|b| b.with_pid_file(opts.pid_file.as_ref()))
@@ -125,7 +149,7 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
                 .with_detach(opts.detach)
                 .with_cwd(opts.cwd.as_ref())
                 .with_env(opts.env.iter().cloned().collect::<HashMap<_, _>>())
-                .with_process(process_file.as_ref())
+                .with_process(process_file)
                 .with_no_new_privs(true)
                 .with_container_args(opts.args.clone())
                 .with_additional_gids(opts.additional_gids.clone())
@@ -136,18 +160,7 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
                 .with_sub_cgroup(opts.sub_cgroup.clone())
                 .build()
         })
-        .map_err(|e| op_err("exec in", id, e));
-    if let Some(f) = &process_file {
-        let _ = std::fs::remove_file(f);
-    }
-    let pid = pid?;
-    drop(lock);
-    if opts.detach {
-        return Ok(0);
-    }
-    // Blocking after the process exists is safe: `wait_forwarding` reaps
-    // before it first waits for a signal.
-    SignalGuard::block_all()?.wait_forwarding(pid)
+        .map_err(|e| op_err("exec in", id, e))
 }
 
 /// Moves this process into the user namespace of the container's `init`,
@@ -166,11 +179,11 @@ fn join_user_namespace_of(init: nix::unistd::Pid) -> Result<()> {
     let pidfd = crate::sys::procs::pidfd_open(init)?;
     setns(&pidfd, CloneFlags::CLONE_NEWUSER).map_err(|e| match e {
         // The kernel's answer for joining the user namespace one is in.
-        nix::Error::EINVAL => crate::error::RuntimeError::invalid(
+        nix::Error::EINVAL => RuntimeError::invalid(
             format!("exec into the container of pid {init}"),
             "its init is in runsbx's own user namespace, not a sandbox's; refusing to exec",
         ),
-        e => crate::error::RuntimeError::sys(
+        e => RuntimeError::sys(
             format!("exec: join the user namespace of the container's init (pid {init})"),
             e,
         ),
@@ -185,18 +198,15 @@ fn harden_process_file(
     profile: &runsbx_policy::Profile,
     effective_dir: &Path,
 ) -> Result<PathBuf> {
-    let bad = |reason: String| {
-        crate::error::RuntimeError::invalid(format!("exec --process {path:?}"), reason)
-    };
+    let bad = |reason: String| RuntimeError::invalid(format!("exec --process {path:?}"), reason);
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     let process =
         serde_json::from_str(&text).map_err(|e| bad(format!("not a valid OCI process: {e}")))?;
     let host = crate::policy::host_facts(None);
     let hardened = runsbx_policy::harden_exec(&effective.spec, process, profile, &host)
-        .map_err(crate::error::RuntimeError::Policy)?;
+        .map_err(RuntimeError::Policy)?;
     let out = effective_dir.join(format!("exec-process-{}.json", std::process::id()));
     let json = serde_json::to_vec(&hardened).map_err(|e| bad(e.to_string()))?;
-    std::fs::write(&out, json)
-        .map_err(|e| crate::error::RuntimeError::io(format!("write {out:?}"), e))?;
+    std::fs::write(&out, json).map_err(|e| RuntimeError::io(format!("write {out:?}"), e))?;
     Ok(out)
 }

@@ -8,9 +8,7 @@ use libcontainer::container::{Container, ContainerStatus};
 use serde::Serialize;
 
 use crate::error::{Result, RuntimeError};
-use crate::state::container::load;
-use crate::state::container::op_err;
-use crate::state::container::status_name;
+use crate::state::container::{load, op_err, status_name};
 use crate::state::root::StateRoot;
 use crate::sys::{privilege, procs};
 
