@@ -43,92 +43,145 @@ pub fn egress_allow(
     Ok(kept)
 }
 
+/// What a caller may ask of the policy beyond the spec itself, each only to
+/// tighten the profile: a selectable profile, limits, a deadline. Produced
+/// from `runsbx.*` annotations ([`Overrides::from_annotations`], for
+/// engines) or directly, typed, from a `runsbx call`'s options.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Overrides {
+    /// A profile the operator made selectable.
+    pub profile: Option<String>,
+    /// A deadline, and how the caller wrote it (for messages).
+    pub timeout: Option<(std::time::Duration, String)>,
+    pub memory: Option<Size>,
+    pub fsize: Option<Size>,
+    pub nofile: Option<u64>,
+    pub nproc: Option<u64>,
+    pub cpu_seconds: Option<u64>,
+    pub cpu_millis: Option<u64>,
+    pub pids: Option<i64>,
+}
+
+impl Overrides {
+    /// Reads the `runsbx.*` annotations. An unknown `runsbx.` key or a
+    /// malformed value is an error: a typo must not silently leave a limit
+    /// wider than its author meant. (`runsbx.egress.allow` is read with
+    /// the profile's egress, by [`egress_allow`].)
+    pub fn from_annotations(
+        annotations: Option<&HashMap<String, String>>,
+    ) -> Result<Self, PolicyError> {
+        let mut wanted = Self::default();
+        let Some(annotations) = annotations else {
+            return Ok(wanted);
+        };
+        let mut keys: Vec<&String> = annotations
+            .keys()
+            .filter(|k| k.starts_with(PREFIX))
+            .collect();
+        keys.sort();
+        for key in keys {
+            let value = &annotations[key];
+            let bad = |reason: &str| PolicyError::Annotation {
+                key: key.clone(),
+                value: value.clone(),
+                reason: reason.to_owned(),
+            };
+            let number = || {
+                value
+                    .trim()
+                    .parse::<u64>()
+                    .map_err(|_| bad("not a whole number"))
+            };
+            let size = || parse_size(value).map(Size).map_err(|e| bad(&e));
+            match key.as_str() {
+                EGRESS_ALLOW => {}
+                PROFILE => wanted.profile = Some(value.clone()),
+                TIMEOUT => {
+                    let timeout = parse_duration(value).map_err(|e| bad(&e))?;
+                    wanted.timeout = Some((timeout, value.clone()));
+                }
+                "runsbx.limits.memory" => wanted.memory = Some(size()?),
+                "runsbx.limits.fsize" => wanted.fsize = Some(size()?),
+                "runsbx.limits.nofile" => wanted.nofile = Some(number()?),
+                "runsbx.limits.nproc" => wanted.nproc = Some(number()?),
+                "runsbx.limits.cpu_seconds" => wanted.cpu_seconds = Some(number()?),
+                "runsbx.limits.cpu_millis" => wanted.cpu_millis = Some(number()?),
+                "runsbx.limits.pids" => {
+                    wanted.pids = Some(i64::try_from(number()?).map_err(|_| bad("too large"))?)
+                }
+                _ => {
+                    return Err(bad(
+                        "unknown runsbx annotation (known: runsbx.profile, runsbx.egress.allow, runsbx.timeout, runsbx.limits.{memory,fsize,nofile,nproc,cpu_seconds,cpu_millis,pids})",
+                    ))
+                }
+            }
+        }
+        Ok(wanted)
+    }
+
+    /// The limits that apply: each requested one only if lower than the
+    /// profile's. A deadline longer than the profile's is refused rather
+    /// than cut: whoever asked for it expects the sandbox to live that
+    /// long.
+    pub fn limits(&self, base: Limits) -> Result<Limits, PolicyError> {
+        let mut wanted = base;
+        if let Some((timeout, text)) = &self.timeout {
+            if let Some(Timeout(max)) = base.timeout {
+                if *timeout > max {
+                    return Err(PolicyError::Annotation {
+                        key: TIMEOUT.to_owned(),
+                        value: text.clone(),
+                        reason: format!(
+                            "longer than the profile's deadline of {}ms (annotations only shorten it)",
+                            max.as_millis()
+                        ),
+                    });
+                }
+            }
+            wanted.timeout = Some(Timeout(*timeout));
+        }
+        wanted.memory = self.memory.unwrap_or(wanted.memory);
+        wanted.fsize = self.fsize.unwrap_or(wanted.fsize);
+        wanted.nofile = self.nofile.unwrap_or(wanted.nofile);
+        wanted.nproc = self.nproc.unwrap_or(wanted.nproc);
+        wanted.cpu_seconds = self.cpu_seconds.unwrap_or(wanted.cpu_seconds);
+        wanted.cpu_millis = self.cpu_millis.unwrap_or(wanted.cpu_millis);
+        wanted.pids = self.pids.unwrap_or(wanted.pids);
+        Ok(wanted.min(base))
+    }
+}
+
 /// The limits the annotations ask for, each applied only if lower than the
-/// profile's. An unknown `runsbx.` key or a malformed value is an error:
-/// a typo must not silently leave a limit wider than its author meant.
+/// profile's (see [`Overrides`]).
 pub fn requested_limits(
     annotations: Option<&HashMap<String, String>>,
     base: Limits,
 ) -> Result<Limits, PolicyError> {
-    let mut wanted = base;
-    let Some(annotations) = annotations else {
-        return Ok(wanted);
-    };
-    let mut keys: Vec<&String> = annotations
-        .keys()
-        .filter(|k| k.starts_with(PREFIX))
-        .collect();
-    keys.sort();
-    for key in keys {
-        let value = &annotations[key];
-        let bad = |reason: &str| PolicyError::Annotation {
-            key: key.clone(),
-            value: value.clone(),
-            reason: reason.to_owned(),
-        };
-        let number = || {
-            value
-                .trim()
-                .parse::<u64>()
-                .map_err(|_| bad("not a whole number"))
-        };
-        let size = || parse_size(value).map(Size).map_err(|e| bad(&e));
-        match key.as_str() {
-            PROFILE | EGRESS_ALLOW => {}
-            TIMEOUT => {
-                let wanted_timeout = parse_duration(value).map_err(|e| bad(&e))?;
-                // Refused rather than cut: whoever asked for a longer
-                // deadline expects the sandbox to live that long.
-                if let Some(Timeout(max)) = base.timeout {
-                    if wanted_timeout > max {
-                        return Err(bad(&format!(
-                            "longer than the profile's deadline of {}ms (annotations only shorten it)",
-                            max.as_millis()
-                        )));
-                    }
-                }
-                wanted.timeout = Some(Timeout(wanted_timeout));
-            }
-            "runsbx.limits.memory" => wanted.memory = size()?,
-            "runsbx.limits.fsize" => wanted.fsize = size()?,
-            "runsbx.limits.nofile" => wanted.nofile = number()?,
-            "runsbx.limits.nproc" => wanted.nproc = number()?,
-            "runsbx.limits.cpu_seconds" => wanted.cpu_seconds = number()?,
-            "runsbx.limits.cpu_millis" => wanted.cpu_millis = number()?,
-            "runsbx.limits.pids" => {
-                wanted.pids = i64::try_from(number()?).map_err(|_| bad("too large"))?
-            }
-            _ => {
-                return Err(bad(
-                    "unknown runsbx annotation (known: runsbx.profile, runsbx.egress.allow, runsbx.timeout, runsbx.limits.{memory,fsize,nofile,nproc,cpu_seconds,cpu_millis,pids})",
-                ))
-            }
-        }
-    }
-    Ok(wanted.min(base))
+    Overrides::from_annotations(annotations)?.limits(base)
 }
 
-/// The profile that applies: the operator's, or the one `runsbx.profile`
-/// names when the operator made it selectable and it is at least as strict.
+/// The profile that applies: the operator's, or the one requested (by
+/// `runsbx.profile`, or a call's `--profile`) when the operator made it
+/// selectable and it is at least as strict.
 /// `load` gives the named profile.
 pub fn choose_profile(
-    annotations: Option<&HashMap<String, String>>,
+    requested: Option<&str>,
     config: &OperatorConfig,
     operator_profile: Profile,
     load: impl FnOnce(&str) -> Result<Profile, PolicyError>,
 ) -> Result<Profile, PolicyError> {
-    let Some(name) = annotations.and_then(|a| a.get(PROFILE)) else {
+    let Some(name) = requested else {
         return Ok(operator_profile);
     };
-    if *name == operator_profile.name {
+    if name == operator_profile.name {
         return Ok(operator_profile);
     }
     let bad = |reason: String| PolicyError::Annotation {
         key: PROFILE.to_owned(),
-        value: name.clone(),
+        value: name.to_owned(),
         reason,
     };
-    if !config.selectable.contains(name) {
+    if !config.selectable.iter().any(|s| s == name) {
         return Err(bad(format!(
             "not one of the profiles the operator made selectable ({:?})",
             config.selectable
@@ -281,21 +334,65 @@ mod tests {
             choose_profile(None, &config, default.clone(), load)?.name,
             "default"
         );
-        let picked = choose_profile(
-            Some(&ann(&[(PROFILE, "strict")])),
-            &config,
-            default.clone(),
-            load,
-        )?;
+        let picked = choose_profile(Some("strict"), &config, default.clone(), load)?;
         assert_eq!(picked.name, "strict");
-        assert!(choose_profile(
-            Some(&ann(&[(PROFILE, "wide")])),
-            &config,
-            default.clone(),
-            load
-        )
-        .is_err());
-        assert!(choose_profile(Some(&ann(&[(PROFILE, "other")])), &config, default, load).is_err());
+        assert!(choose_profile(Some("wide"), &config, default.clone(), load).is_err());
+        assert!(choose_profile(Some("other"), &config, default, load).is_err());
+        Ok(())
+    }
+
+    #[test]
+    fn typed_overrides_harden_as_their_annotations_do() -> Result<(), PolicyError> {
+        use crate::{HostFacts, IdRange};
+        let profile = Profile::builtin()?;
+        let host = HostFacts {
+            rootless: false,
+            uid: 0,
+            gid: 0,
+            id_range: Some(IdRange {
+                base: 1_000_000_000,
+                size: 65_536,
+            }),
+            user_namespaces: true,
+            seccomp: true,
+            cgroups: true,
+            proc_subset: true,
+            call_workspace: None,
+            pod: None,
+        };
+        let mut spec = oci_spec::runtime::Spec::default();
+        let annotated = {
+            let mut s = spec.clone();
+            s.set_annotations(Some(ann(&[
+                ("runsbx.limits.memory", "64M"),
+                ("runsbx.limits.pids", "50"),
+                (TIMEOUT, "5s"),
+            ])));
+            crate::harden(s, &profile, &host)?
+        };
+        spec.set_annotations(None);
+        let overrides = Overrides {
+            memory: Some(Size(64 << 20)),
+            pids: Some(50),
+            timeout: Some((std::time::Duration::from_secs(5), "5s".into())),
+            ..Overrides::default()
+        };
+        let typed = crate::harden_with(spec, &profile, &host, &overrides)?;
+        assert_eq!(
+            typed
+                .spec
+                .linux()
+                .as_ref()
+                .and_then(|l| l.resources().clone()),
+            annotated
+                .spec
+                .linux()
+                .as_ref()
+                .and_then(|l| l.resources().clone())
+        );
+        assert_eq!(typed.deadline, Some(std::time::Duration::from_secs(5)));
+        assert_eq!(typed.deadline, annotated.deadline);
+        assert_eq!(typed.attestation, annotated.attestation);
         Ok(())
     }
 }

@@ -16,7 +16,8 @@ pub mod verify;
 
 use serde::Serialize;
 
-pub use harden::{harden, harden_exec, is_bind_mount};
+pub use annotations::Overrides;
+pub use harden::{harden, harden_exec, harden_with, is_bind_mount};
 pub use profile::{OperatorConfig, Profile};
 pub use verify::verify;
 

@@ -8,7 +8,8 @@ use std::path::Path;
 use libcontainer::oci_spec::runtime::Spec;
 use nix::unistd::{Gid, Uid};
 use runsbx_policy::{
-    annotations, harden, verify, Hardened, HostFacts, IdRange, OperatorConfig, PolicyError, Profile,
+    annotations, harden, harden_with, verify, Hardened, HostFacts, IdRange, OperatorConfig,
+    Overrides, PolicyError, Profile,
 };
 
 use crate::error::{Result, RuntimeError};
@@ -50,17 +51,22 @@ impl Policy {
     /// The profile for a spec: the operator's, or a stricter one its
     /// `runsbx.profile` annotation picks.
     pub fn profile_for(&self, spec: &Spec) -> Result<Profile> {
-        annotations::choose_profile(
-            spec.annotations().as_ref(),
-            &self.config,
-            self.profile.clone(),
-            |name| {
-                load_profile(&self.config, name).map_err(|e| PolicyError::Profile {
-                    origin: name.to_owned(),
-                    reason: e.to_string(),
-                })
-            },
-        )
+        let requested = spec
+            .annotations()
+            .as_ref()
+            .and_then(|a| a.get(annotations::PROFILE));
+        self.profile_named(requested.map(String::as_str))
+    }
+
+    /// The operator's profile, or the stricter selectable one `requested`
+    /// names.
+    pub fn profile_named(&self, requested: Option<&str>) -> Result<Profile> {
+        annotations::choose_profile(requested, &self.config, self.profile.clone(), |name| {
+            load_profile(&self.config, name).map_err(|e| PolicyError::Profile {
+                origin: name.to_owned(),
+                reason: e.to_string(),
+            })
+        })
         .map_err(policy_err)
     }
 }
@@ -133,21 +139,33 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
 }
 
-/// Hardens and verifies `spec` for container `id`.
+/// Hardens and verifies `spec` for container `id`, tightened by its
+/// annotations or, for a call, by the typed `overrides` of its options.
 pub fn apply(
     policy: &Policy,
     spec: Spec,
     id_range: Option<IdRange>,
     call_workspace: Option<&Path>,
     pod: Option<runsbx_policy::PodJoin>,
+    overrides: Option<&Overrides>,
 ) -> Result<Hardened> {
-    let profile = policy.profile_for(&spec)?;
     let host = HostFacts {
         call_workspace: call_workspace.map(Path::to_path_buf),
         pod,
         ..host_facts(id_range)
     };
-    let hardened = harden(spec, &profile, &host).map_err(policy_err)?;
+    let (hardened, profile) = match overrides {
+        Some(overrides) => {
+            let profile = policy.profile_named(overrides.profile.as_deref())?;
+            let hardened = harden_with(spec, &profile, &host, overrides);
+            (hardened, profile)
+        }
+        None => {
+            let profile = policy.profile_for(&spec)?;
+            (harden(spec, &profile, &host), profile)
+        }
+    };
+    let hardened = hardened.map_err(policy_err)?;
     verify(&hardened.spec, &profile, &host).map_err(policy_err)?;
     Ok(hardened)
 }

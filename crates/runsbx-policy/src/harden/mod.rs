@@ -17,14 +17,38 @@ pub(crate) use mounts::{ENGINE_FILES, WORKSPACE, WORKSPACE_OPTIONS};
 pub(crate) use namespaces::REQUIRED as REQUIRED_NAMESPACES;
 pub(crate) use reject::has_hooks;
 
+use crate::annotations::Overrides;
 use crate::{Change, Hardened, HostFacts, Layer, PolicyError, Profile};
 
 /// Rewrites `spec` so that it gives the container no more than `profile`
-/// allows on this host. It never widens: running it on its own output
-/// changes nothing.
+/// allows on this host, tightened by the spec's `runsbx.*` annotations. It
+/// never widens: running it on its own output changes nothing.
 pub fn harden(spec: Spec, profile: &Profile, host: &HostFacts) -> Result<Hardened, PolicyError> {
     crate::bounds::check(&spec)?; // sizes, before any work in proportion to them
-    let mut cx = Cx::new(spec, profile, host);
+    let overrides = Overrides::from_annotations(spec.annotations().as_ref())?;
+    apply_all(spec, profile, host, overrides)
+}
+
+/// [`harden`], tightened by `overrides` given typed (a `runsbx call`'s
+/// options) instead of read from the spec's annotations.
+pub fn harden_with(
+    spec: Spec,
+    profile: &Profile,
+    host: &HostFacts,
+    overrides: &Overrides,
+) -> Result<Hardened, PolicyError> {
+    crate::bounds::check(&spec)?; // sizes, before any work in proportion to them
+    apply_all(spec, profile, host, overrides.clone())
+}
+
+/// The order of containment.
+fn apply_all(
+    spec: Spec,
+    profile: &Profile,
+    host: &HostFacts,
+    overrides: Overrides,
+) -> Result<Hardened, PolicyError> {
+    let mut cx = Cx::new(spec, profile, host, overrides);
     reject::apply(&mut cx)?; // cgroup path, hooks, extra devices
     namespaces::apply(&mut cx)?; // every namespace new; no joins; loopback-only network
     userns::apply(&mut cx)?; // container root = caller (rootless) or an unprivileged range
@@ -52,9 +76,10 @@ pub fn harden_exec(
     host: &HostFacts,
 ) -> Result<oci_spec::runtime::Process, PolicyError> {
     crate::bounds::check_process(&process)?;
+    let overrides = Overrides::from_annotations(container.annotations().as_ref())?;
     let mut spec = container.clone();
     spec.set_process(Some(process));
-    let mut cx = Cx::new(spec, profile, host);
+    let mut cx = Cx::new(spec, profile, host, overrides);
     process::apply(&mut cx)?;
     userns::check_mapped(&cx)?;
     cx.spec
@@ -68,16 +93,19 @@ pub(crate) struct Cx<'a> {
     pub spec: Spec,
     pub profile: &'a Profile,
     pub host: &'a HostFacts,
+    /// What the caller asked beyond the spec, only to tighten.
+    pub overrides: Overrides,
     pub changes: Vec<Change>,
     pub attestation: Vec<Layer>,
 }
 
 impl<'a> Cx<'a> {
-    fn new(spec: Spec, profile: &'a Profile, host: &'a HostFacts) -> Self {
+    fn new(spec: Spec, profile: &'a Profile, host: &'a HostFacts, overrides: Overrides) -> Self {
         Self {
             spec,
             profile,
             host,
+            overrides,
             changes: Vec::new(),
             attestation: Vec::new(),
         }

@@ -8,12 +8,11 @@ use oci_spec::runtime::{
 };
 
 use super::Cx;
-use crate::annotations;
 use crate::PolicyError;
 
 pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     let allowed = allowed_caps(cx)?;
-    let limits = annotations::requested_limits(cx.spec.annotations().as_ref(), cx.profile.limits)?;
+    let limits = cx.overrides.limits(cx.profile.limits)?;
     let Some(process) = cx.spec.process_mut() else {
         return Err(PolicyError::Invalid {
             field: "process".to_owned(),

@@ -4,11 +4,10 @@
 use oci_spec::runtime::LinuxPids;
 
 use super::Cx;
-use crate::annotations;
 use crate::PolicyError;
 
 pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
-    let limits = annotations::requested_limits(cx.spec.annotations().as_ref(), cx.profile.limits)?;
+    let limits = cx.overrides.limits(cx.profile.limits)?;
     let memory_max = i64::try_from(limits.memory.0).unwrap_or(i64::MAX);
     let linux = cx.linux();
     let before = linux.resources().clone();

@@ -5,11 +5,10 @@
 use std::time::Duration;
 
 use super::Cx;
-use crate::annotations;
 use crate::PolicyError;
 
 pub(super) fn apply(cx: &mut Cx) -> Result<Option<Duration>, PolicyError> {
-    let limits = annotations::requested_limits(cx.spec.annotations().as_ref(), cx.profile.limits)?;
+    let limits = cx.overrides.limits(cx.profile.limits)?;
     let deadline = limits.timeout.map(|t| t.0);
     match deadline {
         Some(d) => cx.attest(

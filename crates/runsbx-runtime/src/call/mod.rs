@@ -184,6 +184,7 @@ impl<'a> Sandbox<'a> {
             stdout: out_w,
             stderr: err_w,
             workspace: Some(&ws.dir),
+            overrides: &plan.overrides,
             prepare: &mut give_workspace,
         };
         let built = create::create_for_call(root, id, &source, &plan.policy, parts, lock)?;

@@ -17,6 +17,8 @@ use crate::state::bundle;
 use crate::state::root::StateRoot;
 use crate::sys::privilege;
 use runsbx_image::{Image, ImageStore};
+use runsbx_policy::profile::Size;
+use runsbx_policy::Overrides;
 
 /// Everything a call needs, checked; nothing exists on the host yet.
 pub(crate) struct CallPlan {
@@ -34,6 +36,8 @@ pub(crate) struct SandboxPlan {
     pub stdin: OwnedFd,
     /// The call's spec, before the policy hardens it.
     pub spec: Spec,
+    /// The call's options the policy tightens the profile by.
+    pub overrides: Overrides,
     pub policy: Policy,
 }
 
@@ -109,8 +113,9 @@ impl CallPlan {
             ));
         }
         let spec = call_spec(&rootfs, req, env)?;
+        let overrides = overrides(req)?;
         let policy = Policy::load(req.config.as_deref())?;
-        let profile = policy.profile_for(&spec)?;
+        let profile = policy.profile_named(overrides.profile.as_deref())?;
         let Some(workspace_size) = profile.tmpfs.get(Path::new("/workspace")).map(|s| s.0) else {
             return Err(RuntimeError::invalid(
                 format!("profile `{}`", profile.name),
@@ -123,6 +128,7 @@ impl CallPlan {
                 rootfs,
                 stdin,
                 spec,
+                overrides,
                 policy,
             },
             proxy,
@@ -259,24 +265,35 @@ fn call_spec(rootfs: &Path, req: &CallRequest, env: Vec<String>) -> Result<Spec>
             .build()
             .map_err(invalid)?,
     ));
-    let mut annotations = std::collections::HashMap::new();
-    if let Some(m) = &req.memory {
-        annotations.insert("runsbx.limits.memory".to_owned(), m.clone());
-    }
-    if let Some(p) = req.pids {
-        annotations.insert("runsbx.limits.pids".to_owned(), p.to_string());
-    }
-    if let Some(p) = &req.profile {
-        annotations.insert(runsbx_policy::annotations::PROFILE.to_owned(), p.clone());
-    }
-    // The policy holds the call's deadline to the profile's and attests it;
-    // the call enforces it itself.
-    annotations.insert(
-        runsbx_policy::annotations::TIMEOUT.to_owned(),
-        format!("{}ms", req.timeout.as_millis()),
-    );
-    spec.set_annotations(Some(annotations));
     Ok(spec)
+}
+
+/// The call's options as the policy takes them: typed, each only
+/// tightening the profile. The deadline is held to the profile's and
+/// attested; the call enforces it itself.
+fn overrides(req: &CallRequest) -> Result<Overrides> {
+    let memory = req
+        .memory
+        .as_deref()
+        .map(|m| {
+            runsbx_policy::profile::parse_size(m)
+                .map(Size)
+                .map_err(|e| RuntimeError::invalid(format!("--memory {m:?}"), e))
+        })
+        .transpose()?;
+    let pids = req
+        .pids
+        .map(|p| {
+            i64::try_from(p).map_err(|_| RuntimeError::invalid(format!("--pids {p}"), "too large"))
+        })
+        .transpose()?;
+    Ok(Overrides {
+        profile: req.profile.clone(),
+        timeout: Some((req.timeout, format!("{}ms", req.timeout.as_millis()))),
+        memory,
+        pids,
+        ..Overrides::default()
+    })
 }
 
 #[cfg(test)]

@@ -72,6 +72,8 @@ pub(crate) struct CallParts<'a> {
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
     pub workspace: Option<&'a Path>,
+    /// The call's options the policy tightens the profile by.
+    pub overrides: &'a runsbx_policy::Overrides,
     pub prepare: &'a mut dyn FnMut(&Spec) -> Result<()>,
 }
 
@@ -230,7 +232,8 @@ fn harden(
     }
     let workspace = call.and_then(|c| c.workspace);
     let pod_join = pod.map(|p| p.join.clone());
-    let hardened = policy::apply(policy, input, range, workspace, pod_join)?;
+    let overrides = call.map(|c| c.overrides);
+    let hardened = policy::apply(policy, input, range, workspace, pod_join, overrides)?;
     bundle::check_cwd(source, &hardened.spec)?;
     // Said once, when the sandbox is made (not at each start or exec).
     for change in &hardened.changes {

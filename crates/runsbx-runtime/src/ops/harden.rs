@@ -17,5 +17,12 @@ pub fn harden_bundle(bundle: &Path, config: Option<&Path>) -> Result<runsbx_poli
         base: policy.config.uid_base,
         size: policy.config.uid_range_size,
     });
-    policy::apply(&policy, bundle::absolutize(&source), range, None, None)
+    policy::apply(
+        &policy,
+        bundle::absolutize(&source),
+        range,
+        None,
+        None,
+        None,
+    )
 }
