@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages runsbx builds and is tested with. As root.
-# protobuf-compiler builds the CRI client of tests/cri; containernetworking-
+# protobuf-compiler builds the CRI client of the engine tests; containernetworking-
 # plugins and docker.io are what its containerd and dockerd tests drive.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Runs every test: the policy and runtime unit tests, and the integration
-# tests that drive the built runsbx as root, as an unprivileged user this
-# script creates (runsbx-test), and through podman and containerd.
+# Runs every test: the policy and runtime unit tests, the integration
+# tests (crates/runsbx/tests/) that drive the built runsbx as root and as an
+# unprivileged user this script creates (runsbx-test), and the engine tests
+# (crates/runsbx/tests/engines/: podman, ctr, CRI, docker). What they share
+# is crates/runsbx-testkit.
 #
 #   sudo hack/test.sh
 #

@@ -2,18 +2,19 @@
 //! leaves nothing behind (state, lock files, mounts, processes).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use std::fs;
 
-use support::Fixture;
+use runsbx_testkit::{self as kit, as_root_and_rootless, skip, Fixture};
+
+/// The runsbx under test.
+const RUNSBX: &str = env!("CARGO_BIN_EXE_runsbx");
 
 /// Exit codes from README.md.
 const INVALID_INPUT: i32 = 3;
 const NOT_FOUND: i32 = 4;
 const CONFLICT: i32 = 5;
 
-fn assert_refused(out: &support::Out, code: i32, needle: &str) {
+fn assert_refused(out: &kit::Out, code: i32, needle: &str) {
     assert_eq!(out.code, code, "{out:?}");
     assert!(
         out.stderr.contains(needle),
@@ -44,7 +45,7 @@ fn invalid_ids(fx: Fixture) {
     assert!(!fx.dir.path().join("escape").exists());
     fx.assert_clean();
 }
-as_root_and_rootless!(invalid_ids: invalid_ids_as_root, invalid_ids_rootless);
+as_root_and_rootless!(RUNSBX, invalid_ids: invalid_ids_as_root, invalid_ids_rootless);
 
 fn duplicate_id(fx: Fixture) {
     let b = fx.bundle("b", &["sleep", "1000"], |_| {});
@@ -62,7 +63,7 @@ fn duplicate_id(fx: Fixture) {
     fx.run(["delete", "dup"]).ok();
     fx.assert_clean();
 }
-as_root_and_rootless!(duplicate_id: duplicate_id_as_root, duplicate_id_rootless);
+as_root_and_rootless!(RUNSBX, duplicate_id: duplicate_id_as_root, duplicate_id_rootless);
 
 fn bad_bundles(fx: Fixture) {
     let good = fx.bundle("good", &["true"], |_| {});
@@ -76,7 +77,7 @@ fn bad_bundles(fx: Fixture) {
     };
     let good_config = fs::read_to_string(good.join("config.json")).unwrap();
     let missing_rootfs =
-        good_config.replace(support::rootfs().to_str().unwrap(), "/nonexistent/rootfs");
+        good_config.replace(kit::rootfs().to_str().unwrap(), "/nonexistent/rootfs");
     let cases = [
         (make("noconfig", None), "config.json is missing"),
         (
@@ -107,7 +108,7 @@ fn bad_bundles(fx: Fixture) {
     }
     fx.assert_clean();
 }
-as_root_and_rootless!(bad_bundles: bad_bundles_as_root, bad_bundles_rootless);
+as_root_and_rootless!(RUNSBX, bad_bundles: bad_bundles_as_root, bad_bundles_rootless);
 
 fn unknown_container(fx: Fixture) {
     for args in [
@@ -132,7 +133,7 @@ fn unknown_container(fx: Fixture) {
     fx.run(["delete", "--force", "ghost"]).ok();
     fx.assert_clean();
 }
-as_root_and_rootless!(unknown_container: unknown_container_as_root, unknown_container_rootless);
+as_root_and_rootless!(RUNSBX, unknown_container: unknown_container_as_root, unknown_container_rootless);
 
 fn bad_signal(fx: Fixture) {
     let b = fx.bundle("b", &["sleep", "1000"], |_| {});
@@ -145,7 +146,7 @@ fn bad_signal(fx: Fixture) {
     fx.run(["delete", "--force", "c1"]).ok();
     fx.assert_clean();
 }
-as_root_and_rootless!(bad_signal: bad_signal_as_root, bad_signal_rootless);
+as_root_and_rootless!(RUNSBX, bad_signal: bad_signal_as_root, bad_signal_rootless);
 
 /// A failure inside the container's own setup reaches the user with its
 /// cause, and the half-made container is gone.
@@ -181,15 +182,15 @@ fn setup_failure_has_its_cause(fx: Fixture) {
     );
     fx.assert_clean();
 }
-as_root_and_rootless!(setup_failure_has_its_cause: setup_failure_as_root, setup_failure_rootless);
+as_root_and_rootless!(RUNSBX, setup_failure_has_its_cause: setup_failure_as_root, setup_failure_rootless);
 
 /// A state root that someone else could write to is refused.
 #[test]
 fn state_root_writable_by_others_is_refused() {
-    if !support::is_root() {
+    if !kit::is_root() {
         skip!("needs root to make the directory");
     }
-    let fx = Fixture::new(support::Who::Root);
+    let fx = Fixture::new(RUNSBX, kit::Who::Root);
     fs::create_dir(&fx.state).unwrap();
     use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(&fx.state, fs::Permissions::from_mode(0o777)).unwrap();

@@ -2,21 +2,22 @@
 //! outside (its result, the host afterwards), as root and rootless.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use std::fs;
 use std::io::Write;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use runsbx_testkit::{self as kit, as_root_and_rootless, skip, Fixture, Out, Who};
 use serde_json::Value;
-use support::{Fixture, Out, Who};
+
+/// The runsbx under test.
+const RUNSBX: &str = env!("CARGO_BIN_EXE_runsbx");
 
 /// Runs `runsbx call --json --rootfs <busybox> ARGS… -- COMMAND…`.
 fn call(fx: &Fixture, opts: &[&str], command: &[&str]) -> (Out, Value) {
     let mut args: Vec<&str> = vec!["call", "--json", "--rootfs"];
-    args.push(support::rootfs().to_str().unwrap());
+    args.push(kit::rootfs().to_str().unwrap());
     args.extend(opts);
     args.push("--");
     args.extend(command);
@@ -25,18 +26,12 @@ fn call(fx: &Fixture, opts: &[&str], command: &[&str]) -> (Out, Value) {
     (out, json)
 }
 
-/// The system image `python` (hack/test.sh builds it with `runsbx image
-/// build python` when it is missing).
-fn have_python_image() -> bool {
-    Path::new("/var/lib/runsbx/images/python/rootfs").is_dir()
-}
-
 fn text(v: &Value) -> &str {
     v["data"].as_str().unwrap()
 }
 
 fn python_output_comes_back(fx: Fixture) {
-    if !have_python_image() {
+    if !kit::have_python_image() {
         skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
     }
     // The agent's secrets, planted on the host: not there in the sandbox.
@@ -81,10 +76,10 @@ fn python_output_comes_back(fx: Fixture) {
     assert!(!out.stdout.contains("sk-runsbx-test-token"));
     fx.assert_clean();
 }
-as_root_and_rootless!(python_output_comes_back: python_as_root, python_rootless);
+as_root_and_rootless!(RUNSBX, python_output_comes_back: python_as_root, python_rootless);
 
 fn human_output_and_exit_codes(fx: Fixture) {
-    let rootfs = support::rootfs().to_str().unwrap().to_owned();
+    let rootfs = kit::rootfs().to_str().unwrap().to_owned();
     let human = |cmd: &str| fx.run(["call", "--rootfs", &rootfs, "--", "sh", "-c", cmd]);
     let out = human("echo out; echo err >&2; exit 7");
     assert_eq!(
@@ -128,7 +123,7 @@ fn human_output_and_exit_codes(fx: Fixture) {
     );
     fx.assert_clean();
 }
-as_root_and_rootless!(human_output_and_exit_codes: exit_codes_as_root, exit_codes_rootless);
+as_root_and_rootless!(RUNSBX, human_output_and_exit_codes: exit_codes_as_root, exit_codes_rootless);
 
 fn stdin_reaches_the_command(fx: Fixture) {
     let file = fx.dir.path().join("in.txt");
@@ -137,8 +132,8 @@ fn stdin_reaches_the_command(fx: Fixture) {
     assert_eq!(text(&r["stdout"]), "from a file\n");
     // `--stdin -`: runsbx's own stdin.
     let mut cmd = fx.cmd(["call", "--json", "--stdin", "-", "--rootfs"]);
-    cmd.arg(support::rootfs()).args(["--", "wc", "-c"]);
-    let mut child = support::spawn(cmd.stdin(Stdio::piped()).stdout(Stdio::piped()));
+    cmd.arg(kit::rootfs()).args(["--", "wc", "-c"]);
+    let mut child = kit::spawn(cmd.stdin(Stdio::piped()).stdout(Stdio::piped()));
     child
         .stdin
         .take()
@@ -152,7 +147,7 @@ fn stdin_reaches_the_command(fx: Fixture) {
     assert_eq!(text(&r["stdout"]).trim(), "0");
     fx.assert_clean();
 }
-as_root_and_rootless!(stdin_reaches_the_command: stdin_as_root, stdin_rootless);
+as_root_and_rootless!(RUNSBX, stdin_reaches_the_command: stdin_as_root, stdin_rootless);
 
 /// A number unique to this test process, `tag` and who runs the call
 /// (the root and rootless variants of a test run at the same time), given
@@ -195,9 +190,9 @@ fn deadline_kills_everything(fx: Fixture) {
     // A daemon double-forked into its own session, then a foreground sleep.
     let script = format!("setsid sh -c 'sleep {daemon}' & sleep {fg}; echo never");
     let mut cmd = fx.cmd(["call", "--json", "--timeout", "1s", "--rootfs"]);
-    cmd.arg(support::rootfs()).args(["--", "sh", "-c", &script]);
+    cmd.arg(kit::rootfs()).args(["--", "sh", "-c", &script]);
     let started = Instant::now();
-    let out = support::output_within(&mut cmd, Duration::from_secs(20));
+    let out = kit::output_within(&mut cmd, Duration::from_secs(20));
     let took = started.elapsed();
     let r = out.json();
     assert_eq!(out.code, 124, "{out:?}");
@@ -216,7 +211,7 @@ fn deadline_kills_everything(fx: Fixture) {
     );
     fx.assert_clean();
 }
-as_root_and_rootless!(deadline_kills_everything: deadline_as_root, deadline_rootless);
+as_root_and_rootless!(RUNSBX, deadline_kills_everything: deadline_as_root, deadline_rootless);
 
 fn background_processes_die_with_the_call(fx: Fixture) {
     let m = marker(&fx, 3);
@@ -227,7 +222,7 @@ fn background_processes_die_with_the_call(fx: Fixture) {
     assert_eq!(processes_with(&m), Vec::<String>::new());
     fx.assert_clean();
 }
-as_root_and_rootless!(background_processes_die_with_the_call: background_as_root, background_rootless);
+as_root_and_rootless!(RUNSBX, background_processes_die_with_the_call: background_as_root, background_rootless);
 
 /// Peak RSS of a finished child (wait4's rusage, in KiB).
 fn run_measuring_rss(cmd: &mut std::process::Command) -> (i32, i64, Vec<u8>) {
@@ -237,7 +232,7 @@ fn run_measuring_rss(cmd: &mut std::process::Command) -> (i32, i64, Vec<u8>) {
         .stdin(Stdio::null());
     // Reaped by wait4 below (for its rusage), not by Child::wait.
     #[allow(clippy::zombie_processes)]
-    let child = support::spawn(cmd);
+    let child = kit::spawn(cmd);
     let mut status = 0;
     // SAFETY: an all-zero rusage is valid; wait4 fills it.
     let mut usage: nix::libc::rusage = unsafe { std::mem::zeroed() };
@@ -254,7 +249,7 @@ fn run_measuring_rss(cmd: &mut std::process::Command) -> (i32, i64, Vec<u8>) {
 
 fn output_flood_is_capped(fx: Fixture) {
     let mut cmd = fx.cmd(["call", "--json", "--rootfs"]);
-    cmd.arg(support::rootfs()).args([
+    cmd.arg(kit::rootfs()).args([
         "--",
         "sh",
         "-c",
@@ -274,7 +269,7 @@ fn output_flood_is_capped(fx: Fixture) {
     assert!(max_rss_kib < 64 * 1024, "peak RSS {max_rss_kib} KiB");
     fx.assert_clean();
 }
-as_root_and_rootless!(output_flood_is_capped: flood_as_root, flood_rootless);
+as_root_and_rootless!(RUNSBX, output_flood_is_capped: flood_as_root, flood_rootless);
 
 fn binary_output_survives(fx: Fixture) {
     let (_, r) = call(&fx, &[], &["sh", "-c", "printf '\\377\\000\\001'"]);
@@ -282,7 +277,7 @@ fn binary_output_survives(fx: Fixture) {
     assert_eq!(text(&r["stdout"]), "/wAB");
     fx.assert_clean();
 }
-as_root_and_rootless!(binary_output_survives: binary_as_root, binary_rootless);
+as_root_and_rootless!(RUNSBX, binary_output_survives: binary_as_root, binary_rootless);
 
 fn calls_share_nothing(fx: Fixture) {
     let (_, r) = call(
@@ -299,7 +294,7 @@ fn calls_share_nothing(fx: Fixture) {
     assert_eq!(text(&r["stdout"]), "/tmp:\n\n/workspace:\n", "{r}");
     fx.assert_clean();
 }
-as_root_and_rootless!(calls_share_nothing: fresh_as_root, fresh_rootless);
+as_root_and_rootless!(RUNSBX, calls_share_nothing: fresh_as_root, fresh_rootless);
 
 fn inputs_in_outputs_out(fx: Fixture) {
     let src = fx.dir.path().join("src");
@@ -375,7 +370,7 @@ fn inputs_in_outputs_out(fx: Fixture) {
     assert!(!all.contains("HOST-TOKEN"));
     fx.assert_clean();
 }
-as_root_and_rootless!(inputs_in_outputs_out: files_as_root, files_rootless);
+as_root_and_rootless!(RUNSBX, inputs_in_outputs_out: files_as_root, files_rootless);
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut files = Vec::new();
@@ -391,7 +386,7 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 }
 
 fn bad_inputs_are_refused(fx: Fixture) {
-    let rootfs = support::rootfs().to_str().unwrap().to_owned();
+    let rootfs = kit::rootfs().to_str().unwrap().to_owned();
     let data = fx.dir.path().join("data");
     let cases: Vec<(Vec<String>, i32, &str)> = vec![
         (
@@ -473,20 +468,22 @@ fn bad_inputs_are_refused(fx: Fixture) {
     assert_eq!(out.json()["error"]["kind"], "not_executable");
     fx.assert_clean();
 }
-as_root_and_rootless!(bad_inputs_are_refused: bad_input_as_root, bad_input_rootless);
+as_root_and_rootless!(RUNSBX, bad_inputs_are_refused: bad_input_as_root, bad_input_rootless);
 
 fn interrupted_call_cleans_up(fx: Fixture) {
     let m = marker(&fx, 4);
     let mut cmd = fx.cmd(["call", "--json", "--rootfs"]);
-    cmd.arg(support::rootfs())
+    cmd.arg(kit::rootfs())
         .args(["--", "sh", "-c", &format!("echo up; sleep {m}")]);
     let out_file = tempfile::NamedTempFile::new().unwrap();
     cmd.stdout(out_file.reopen().unwrap())
         .stderr(Stdio::null())
         .stdin(Stdio::null());
-    let mut child = support::spawn(&mut cmd);
+    let mut child = kit::spawn(&mut cmd);
     // `sleep` runs: `echo up` has been written.
-    wait_for(|| sleeping(&m));
+    kit::wait_until("the call's sleep to run", Duration::from_secs(20), || {
+        sleeping(&m)
+    });
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
@@ -503,12 +500,14 @@ fn interrupted_call_cleans_up(fx: Fixture) {
     assert_eq!(processes_with(&m), Vec::<String>::new());
     fx.assert_clean();
 }
-as_root_and_rootless!(interrupted_call_cleans_up: sigterm_as_root, sigterm_rootless);
+as_root_and_rootless!(RUNSBX, interrupted_call_cleans_up: sigterm_as_root, sigterm_rootless);
 
 fn killed_call_is_swept_by_the_next(fx: Fixture) {
     let m = marker(&fx, 5);
     let mut child = sleeping_call(&fx, &m);
-    wait_for(|| sleeping(&m));
+    kit::wait_until("the call's sleep to run", Duration::from_secs(20), || {
+        sleeping(&m)
+    });
     child.kill().unwrap();
     child.wait().unwrap();
     // The call's watchdog (or else the next call) removes what it left;
@@ -517,35 +516,31 @@ fn killed_call_is_swept_by_the_next(fx: Fixture) {
     assert_eq!(out.code, 0, "{out:?}");
     clean_soon(&fx, &m);
 }
-as_root_and_rootless!(killed_call_is_swept_by_the_next: sigkill_as_root, sigkill_rootless);
+as_root_and_rootless!(RUNSBX, killed_call_is_swept_by_the_next: sigkill_as_root, sigkill_rootless);
 
 /// A call of `sleep MARKER` in the background, its output discarded.
 fn sleeping_call(fx: &Fixture, marker: &str) -> std::process::Child {
     let mut cmd = fx.cmd(["call", "--json", "--rootfs"]);
-    cmd.arg(support::rootfs()).args(["--", "sleep", marker]);
+    cmd.arg(kit::rootfs()).args(["--", "sleep", marker]);
     cmd.stdout(Stdio::null())
         .stderr(Stdio::null())
         .stdin(Stdio::null());
-    support::spawn(&mut cmd)
+    kit::spawn(&mut cmd)
 }
 
 /// Waits for the watchdogs of killed calls (they work on their own time),
 /// then asserts nothing is left.
 fn clean_soon(fx: &Fixture, marker: &str) {
-    wait_for(|| {
-        processes_with(marker).is_empty()
-            && fx.stray_processes().is_empty()
-            && fx.leftovers().is_empty()
-    });
+    kit::wait_until(
+        "the killed calls' processes and state to be gone",
+        Duration::from_secs(20),
+        || {
+            processes_with(marker).is_empty()
+                && fx.stray_processes().is_empty()
+                && fx.leftovers().is_empty()
+        },
+    );
     fx.assert_clean();
-}
-
-fn wait_for(cond: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !cond() {
-        assert!(Instant::now() < deadline, "condition never held");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn many_calls_at_once(fx: Fixture) {
@@ -553,7 +548,7 @@ fn many_calls_at_once(fx: Fixture) {
     let children: Vec<_> = (0..n)
         .map(|i| {
             let mut cmd = fx.cmd(["call", "--json", "--rootfs"]);
-            cmd.arg(support::rootfs()).args([
+            cmd.arg(kit::rootfs()).args([
                 "--",
                 "sh",
                 "-c",
@@ -563,7 +558,7 @@ fn many_calls_at_once(fx: Fixture) {
             cmd.stdout(out.try_clone().unwrap())
                 .stderr(Stdio::piped())
                 .stdin(Stdio::null());
-            (support::spawn(&mut cmd), out)
+            (kit::spawn(&mut cmd), out)
         })
         .collect();
     let mut host_uids = std::collections::BTreeSet::new();
@@ -595,19 +590,19 @@ fn many_calls_at_once(fx: Fixture) {
     }
     fx.assert_clean();
 }
-as_root_and_rootless!(many_calls_at_once: fifty_as_root, fifty_rootless);
+as_root_and_rootless!(RUNSBX, many_calls_at_once: fifty_as_root, fifty_rootless);
 
 /// As root the memory limit is a cgroup limit, and the result says it was
 /// hit; rootless the host cannot tell.
 #[test]
 fn memory_limit_hit_is_reported() {
-    if !support::is_root() {
+    if !kit::is_root() {
         skip!("memory_limit_hit_is_reported: needs root");
     }
-    if !have_python_image() {
+    if !kit::have_python_image() {
         skip!("no `python` image: run `sudo runsbx image build python`");
     }
-    let fx = Fixture::new(Who::Root);
+    let fx = Fixture::new(RUNSBX, Who::Root);
     let out = fx.run([
         "call",
         "--json",
@@ -623,17 +618,21 @@ fn memory_limit_hit_is_reported() {
     assert_eq!(r["limits"]["memory_hit"], true, "{out:?}");
     assert!(!text(&r["stdout"]).contains("survived"));
     fx.assert_clean();
-    if let Some(user) = support::test_user() {
-        let fx = Fixture::new(Who::User(user));
-        let (_, r) = call(&fx, &[], &["true"]);
-        assert_eq!(r["limits"]["memory_hit"], Value::Null, "{r}");
-        fx.assert_clean();
-    }
+    let Some(user) = kit::test_user() else {
+        skip!(
+            "memory_limit_hit_is_reported, rootless: no test user (hack/test.sh creates `runsbx-test`)"
+        );
+    };
+    let fx = Fixture::new(RUNSBX, Who::User(user));
+    let (_, r) = call(&fx, &[], &["true"]);
+    assert_eq!(r["limits"]["memory_hit"], Value::Null, "{r}");
+    fx.assert_clean();
 }
 
-/// THREATS.md "the runtime killed at any point": calls SIGKILLed at 20
-/// points from 0 to 40 ms into their life (in create, in start, while
-/// running) leave nothing once their watchdogs and the next call are done.
+/// The runtime may be killed at any point of a call's life and must leave
+/// nothing behind: calls SIGKILLed at 20 points from 0 to 40 ms into their
+/// life (in create, in start, while running) leave nothing once their
+/// watchdogs and the next call are done.
 fn killed_at_any_point(fx: Fixture) {
     let m = marker(&fx, 6);
     for i in 0..20u64 {
@@ -646,4 +645,4 @@ fn killed_at_any_point(fx: Fixture) {
     assert_eq!(out.code, 0, "{out:?}");
     clean_soon(&fx, &m);
 }
-as_root_and_rootless!(killed_at_any_point: killed_anywhere_as_root, killed_anywhere_rootless);
+as_root_and_rootless!(RUNSBX, killed_at_any_point: killed_anywhere_as_root, killed_anywhere_rootless);

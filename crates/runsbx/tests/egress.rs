@@ -4,16 +4,17 @@
 //! inside the sandbox, as root and rootless.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use runsbx_testkit::{self as kit, as_root_and_rootless, skip, Fixture, Out};
 use serde_json::Value;
-use support::{Fixture, Out};
+
+/// The runsbx under test.
+const RUNSBX: &str = env!("CARGO_BIN_EXE_runsbx");
 
 /// An HTTP server on the host's 127.0.0.1 that answers `hello` to every
 /// request and counts the connections it accepted.
@@ -69,10 +70,6 @@ fn allow_test_server(port: u16) -> Vec<String> {
     ]
 }
 
-fn have_python_image() -> bool {
-    Path::new("/var/lib/runsbx/images/python/rootfs").is_dir()
-}
-
 /// `runsbx call --json OPTS -- python3 -c SCRIPT`.
 fn python(fx: &Fixture, opts: &[String], script: &str) -> (Out, Value) {
     let mut args: Vec<String> = vec![
@@ -111,7 +108,7 @@ for url in {urls:?}:
 }
 
 fn loopback_is_unreachable_by_every_spelling(fx: Fixture) {
-    if !have_python_image() {
+    if !kit::have_python_image() {
         skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
     }
     let server = HostServer::start();
@@ -186,10 +183,10 @@ except OSError as e:
     assert_eq!(server.accepted(), 0, "the host server was reached");
     fx.assert_clean();
 }
-as_root_and_rootless!(loopback_is_unreachable_by_every_spelling: loopback_as_root, loopback_rootless);
+as_root_and_rootless!(RUNSBX, loopback_is_unreachable_by_every_spelling: loopback_as_root, loopback_rootless);
 
 fn allowlisted_name_works_and_others_are_refused(fx: Fixture) {
-    if !have_python_image() {
+    if !kit::have_python_image() {
         skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
     }
     let server = HostServer::start();
@@ -252,10 +249,10 @@ except Exception as e:
     assert!(server.accepted() >= 102, "{}", server.accepted());
     fx.assert_clean();
 }
-as_root_and_rootless!(allowlisted_name_works_and_others_are_refused: allowlist_as_root, allowlist_rootless);
+as_root_and_rootless!(RUNSBX, allowlisted_name_works_and_others_are_refused: allowlist_as_root, allowlist_rootless);
 
 fn a_connection_flood_is_cut_off(fx: Fixture) {
-    if !have_python_image() {
+    if !kit::have_python_image() {
         skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
     }
     let server = HostServer::start();
@@ -302,7 +299,7 @@ for attempt in range(100):
     assert!(stdout.contains("after hello"), "{stdout}");
     fx.assert_clean();
 }
-as_root_and_rootless!(a_connection_flood_is_cut_off: flood_as_root, flood_rootless);
+as_root_and_rootless!(RUNSBX, a_connection_flood_is_cut_off: flood_as_root, flood_rootless);
 
 /// A container made by `run`/`create` (as podman and containerd do) gets
 /// egress from its profile: a supervisor process serves the proxy and goes
@@ -334,7 +331,7 @@ fn containers_get_egress_from_their_profile(fx: Fixture) {
         format!("http://allowed.test:{p}/"),
         format!("http://blocked.test:{p}/"),
     ];
-    let rootfs = support::python_rootfs();
+    let rootfs = kit::python_rootfs();
     let script = fetch_script(&urls);
     let b = fx.bundle("b", &["/usr/bin/python3", "-c", &script], |c| {
         c["root"]["path"] = Value::from(rootfs.to_str().unwrap());
@@ -360,10 +357,12 @@ fn containers_get_egress_from_their_profile(fx: Fixture) {
         "{out:?}"
     );
     // The supervisor is gone with the container.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while !fx.stray_processes().is_empty() && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    kit::settle(
+        std::time::Duration::from_secs(10),
+        kit::POLL,
+        || fx.stray_processes(),
+        Vec::is_empty,
+    );
     fx.assert_clean();
 }
-as_root_and_rootless!(containers_get_egress_from_their_profile: container_egress_as_root, container_egress_rootless);
+as_root_and_rootless!(RUNSBX, containers_get_egress_from_their_profile: container_egress_as_root, container_egress_rootless);

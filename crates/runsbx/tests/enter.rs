@@ -5,15 +5,18 @@
 //! the profile or an annotation ends the whole sandbox.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use std::fs;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use runsbx_testkit::{
+    self as kit, as_root_and_rootless, skip, Canary, Fixture, Who, ENTERED_INIT, ENTERED_PROBE,
+};
 use serde_json::Value;
-use support::{Canary, Fixture, Who, ENTERED_INIT, ENTERED_PROBE};
+
+/// The runsbx under test.
+const RUNSBX: &str = env!("CARGO_BIN_EXE_runsbx");
 
 /// Starts `c1` running [`ENTERED_INIT`] and waits until its init is ready.
 fn start_entered(fx: &Fixture) -> i32 {
@@ -26,11 +29,9 @@ fn start_entered(fx: &Fixture) -> i32 {
 
 /// Waits until the init of `c1` has recorded its uid_map (10 s at most).
 fn wait_ready(fx: &Fixture) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while fx.run(["exec", "c1", "cat", "/tmp/init-map"]).code != 0 {
-        assert!(Instant::now() < deadline, "the init never got ready");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    kit::wait_until("the init to get ready", Duration::from_secs(10), || {
+        fx.run(["exec", "c1", "cat", "/tmp/init-map"]).code == 0
+    });
 }
 
 /// Runs `exec -d --pid-file` of a sleep and returns its host pid.
@@ -53,7 +54,7 @@ fn exec_is_held_to_the_sandbox(fx: Fixture) {
 
     let out = fx.run(["exec", "c1", "sh", "-c", ENTERED_PROBE]);
     assert_eq!(out.code, 0, "{out:?}");
-    support::assert_entered(&out, &canary);
+    kit::assert_entered(&out, &canary);
 
     // The same from a process.json, and with another working directory.
     let process = fx.dir.path().join("process.json");
@@ -70,16 +71,16 @@ fn exec_is_held_to_the_sandbox(fx: Fixture) {
     .unwrap();
     let out = fx.run(["exec", "--process", process.to_str().unwrap(), "c1"]);
     assert_eq!(out.code, 0, "{out:?}");
-    support::assert_entered(&out, &canary);
+    kit::assert_entered(&out, &canary);
     let out = fx.run(["exec", "--cwd", "/tmp", "c1", "sh", "-c", ENTERED_PROBE]);
     assert_eq!(out.code, 0, "{out:?}");
-    support::assert_entered(&out, &canary);
+    kit::assert_entered(&out, &canary);
 
     // From the host: the exec'd process has the init's host uid (the
     // sandbox's own range as root, the caller rootless; never host root)
     // and the init's cgroups.
-    let (init_uid, init_cgroups) = support::host_view(init);
-    let (uid, cgroups) = support::host_view(exec_detached(&fx, &[]));
+    let (init_uid, init_cgroups) = kit::host_view(init);
+    let (uid, cgroups) = kit::host_view(exec_detached(&fx, &[]));
     assert_eq!(uid, init_uid);
     assert_ne!(uid, 0, "an exec'd process runs as host root");
     assert_eq!(cgroups, init_cgroups);
@@ -87,7 +88,7 @@ fn exec_is_held_to_the_sandbox(fx: Fixture) {
         Who::User(u) => assert_eq!(uid, u.uid),
         Who::Root => {
             // Another user of the sandbox maps into the same range.
-            let (uid, _) = support::host_view(exec_detached(&fx, &["--user", "1000:1000"]));
+            let (uid, _) = kit::host_view(exec_detached(&fx, &["--user", "1000:1000"]));
             assert_eq!(uid, init_uid + 1000);
         }
     }
@@ -95,7 +96,7 @@ fn exec_is_held_to_the_sandbox(fx: Fixture) {
     fx.run(["delete", "--force", "c1"]).ok();
     fx.assert_clean();
 }
-as_root_and_rootless!(exec_is_held_to_the_sandbox: exec_held_as_root, exec_held_rootless);
+as_root_and_rootless!(RUNSBX, exec_is_held_to_the_sandbox: exec_held_as_root, exec_held_rootless);
 
 /// What an exec may not ask for: more capabilities than the profile's, a
 /// user the sandbox does not map, a stopped container. Each refused with
@@ -143,7 +144,7 @@ fn exec_refusals(fx: Fixture) {
     fx.run(["delete", "c1"]).ok();
     fx.assert_clean();
 }
-as_root_and_rootless!(exec_refusals: exec_refusals_as_root, exec_refusals_rootless);
+as_root_and_rootless!(RUNSBX, exec_refusals: exec_refusals_as_root, exec_refusals_rootless);
 
 /// A veth pair as an engine makes one: the host end with an address and a
 /// listener, the other end moved into `pid`'s network namespace with an
@@ -161,7 +162,7 @@ impl Veth {
         let host_ip = format!("{subnet}.1");
         let netns = format!("/proc/{pid}/ns/net");
         let sh = |script: String| {
-            let out = support::output_via_files(Command::new("sh").args(["-ec", &script]));
+            let out = kit::output_via_files(Command::new("sh").args(["-ec", &script]));
             assert_eq!(out.code, 0, "{script}: {out:?}");
         };
         sh(format!(
@@ -190,7 +191,7 @@ impl Drop for Veth {
 
 /// Links and addresses of `pid`'s network namespace, seen from the host.
 fn netns_view(pid: i32) -> String {
-    let out = support::output_via_files(Command::new("nsenter").args([
+    let out = kit::output_via_files(Command::new("nsenter").args([
         &format!("--net=/proc/{pid}/ns/net"),
         "ip",
         "-o",
@@ -209,15 +210,15 @@ fn netns_view(pid: i32) -> String {
 /// and again before an `exec`; nothing but `lo` is ever reachable.
 #[test]
 fn an_engine_wired_network_is_removed() {
-    if !support::is_root() {
+    if !kit::is_root() {
         skip!("an_engine_wired_network_is_removed: needs root to make veth pairs");
     }
     for tool in ["ip", "nsenter"] {
-        if !support::have(tool) {
+        if !kit::have(tool) {
             skip!("{tool} is not installed (apt-get install iproute2 util-linux)");
         }
     }
-    let fx = Fixture::new(Who::Root);
+    let fx = Fixture::new(RUNSBX, Who::Root);
     let canary = Canary::start();
     let b = fx.bundle("b", &["sh", "-c", ENTERED_INIT], |_| {});
     fx.run(["create", "--bundle", b.to_str().unwrap(), "c1"])
@@ -264,7 +265,7 @@ fn an_engine_wired_network_is_removed() {
         ),
     ]);
     assert_eq!(out.code, 1, "{out:?}");
-    support::assert_entered(&out, &canary);
+    kit::assert_entered(&out, &canary);
     assert_eq!(
         out.stdout
             .lines()
@@ -296,14 +297,12 @@ fn spinning(fx: &Fixture, name: &str, timeout: &str, mark: &str) -> std::path::P
 /// Processes running `sleep MARK`, waiting up to 10 s for them to go: a
 /// killed sandbox's last processes take a moment to be reaped.
 fn processes_with(mark: &str) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let found = processes_now(mark);
-        if found.is_empty() || Instant::now() > deadline {
-            return found;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    kit::settle(
+        Duration::from_secs(10),
+        kit::POLL,
+        || processes_now(mark),
+        Vec::is_empty,
+    )
 }
 
 fn processes_now(mark: &str) -> Vec<String> {
@@ -410,4 +409,4 @@ fn deadline_ends_the_sandbox(fx: Fixture) {
     fx.run(["delete", "--force", "c4"]).ok();
     fx.assert_clean();
 }
-as_root_and_rootless!(deadline_ends_the_sandbox: deadline_as_root, deadline_rootless);
+as_root_and_rootless!(RUNSBX, deadline_ends_the_sandbox: deadline_as_root, deadline_rootless);

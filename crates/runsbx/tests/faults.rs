@@ -12,17 +12,18 @@
 //! hack/faults.sh runs the long mode.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Stdio;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::{Fixture, Who};
+use runsbx_testkit::{self as kit, as_root_and_rootless, Fixture, Who};
+
+/// The runsbx under test.
+const RUNSBX: &str = env!("CARGO_BIN_EXE_runsbx");
 
 /// The fault tests count host resources; they run one at a time.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
@@ -95,7 +96,7 @@ fn snapshot(fx: &Fixture) -> BTreeMap<&'static str, BTreeSet<String>> {
         }
         let cmdline = fs::read(e.path().join("cmdline")).unwrap_or_default();
         let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
-        let uid = support::host_view_uid(&pid);
+        let uid = kit::host_view_uid(&pid);
         let state = fs::read_to_string(e.path().join("stat")).unwrap_or_default();
         let zombie = state
             .rsplit_once(')')
@@ -114,22 +115,22 @@ fn snapshot(fx: &Fixture) -> BTreeMap<&'static str, BTreeSet<String>> {
 /// What `after` holds that `before` did not, by kind; waits up to 30 s for
 /// it to drain (watchdogs finish their work after runsbx is gone).
 fn leftovers(fx: &Fixture, before: &BTreeMap<&'static str, BTreeSet<String>>) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let after = snapshot(fx);
-        let left: Vec<String> = after
-            .iter()
-            .flat_map(|(kind, items)| {
-                items
-                    .difference(&before[kind])
-                    .map(move |i| format!("{kind}: {i}"))
-            })
-            .collect();
-        if left.is_empty() || Instant::now() > deadline {
-            return left;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    kit::settle(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            let after = snapshot(fx);
+            after
+                .iter()
+                .flat_map(|(kind, items)| {
+                    items
+                        .difference(&before[kind])
+                        .map(move |i| format!("{kind}: {i}"))
+                })
+                .collect::<Vec<String>>()
+        },
+        Vec::is_empty,
+    )
 }
 
 /// Spawns runsbx with `args` in a process group of its own.
@@ -139,7 +140,7 @@ fn spawn(fx: &Fixture, args: &[&str]) -> std::process::Child {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .process_group(0);
-    support::spawn(&mut cmd)
+    kit::spawn(&mut cmd)
 }
 
 fn kill_after(child: &mut std::process::Child, after: Duration, group: bool) {
@@ -196,7 +197,7 @@ fn kills_leave_nothing(fx: Fixture) {
         "after killed create/start/delete: {left:#?}"
     );
 
-    let rootfs = support::rootfs().to_str().unwrap().to_owned();
+    let rootfs = kit::rootfs().to_str().unwrap().to_owned();
     for group in [false, true] {
         for _ in 0..kills {
             let mut child = spawn(&fx, &["call", "--rootfs", &rootfs, "--", "sleep", "1000"]);
@@ -213,37 +214,55 @@ fn kills_leave_nothing(fx: Fixture) {
         assert!(left.is_empty(), "after calls killed ({how}): {left:#?}");
     }
 }
-as_root_and_rootless!(kills_leave_nothing: kills_as_root, kills_rootless);
+as_root_and_rootless!(RUNSBX, kills_leave_nothing: kills_as_root, kills_rootless);
 
 /// Many calls at once: each gets its own sandbox and its own answer, and
-/// nothing is left.
+/// nothing is left. Every sandbox waits on its stdin until all of them are
+/// alive together, so that, as root, each must have had a host id range
+/// no other live sandbox had.
 fn concurrent_calls(fx: Fixture) {
+    use std::io::Write;
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let calls = count("RUNSBX_FAULT_CALLS", if fx.rootless() { 50 } else { 200 });
-    let rootfs = support::rootfs().to_str().unwrap().to_owned();
+    let rootfs = kit::rootfs().to_str().unwrap().to_owned();
     fx.run(["call", "--rootfs", &rootfs, "--", "true"]).ok();
     let before = snapshot(&fx);
-    let children: Vec<_> = (0..calls)
+    let mark = format!("concurrent-{}", std::process::id());
+    let mut children: Vec<_> = (0..calls)
         .map(|n| {
             let mut cmd = fx.cmd([
                 "call",
                 "--json",
+                "--timeout",
+                "300s",
+                "--stdin",
+                "-",
                 "--rootfs",
                 &rootfs,
                 "--",
                 "sh",
                 "-c",
-                &format!("echo {n}; cat /proc/self/uid_map"),
+                &format!("read go; echo {n}; cat /proc/self/uid_map # {mark}"),
             ]);
-            cmd.stdin(Stdio::null())
+            cmd.stdin(Stdio::piped())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
-            support::spawn(&mut cmd)
+            kit::spawn(&mut cmd)
         })
         .collect();
+    // The barrier: every sandbox's shell is running, seen from the host.
+    kit::wait_until(
+        &format!("all {calls} sandboxes alive at once"),
+        Duration::from_secs(240),
+        || sandboxes_with(&mark) == calls,
+    );
+    for child in &mut children {
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(b"go\n").unwrap();
+    }
     let mut maps = BTreeSet::new();
     for (n, child) in children.into_iter().enumerate() {
-        let out = support::Out::of(child.wait_with_output().unwrap());
+        let out = kit::Out::of(child.wait_with_output().unwrap());
         assert_eq!(out.code, 0, "call {n}: {out:?}");
         let r = out.json();
         let stdout = r["stdout"]["data"].as_str().unwrap().to_owned();
@@ -263,14 +282,30 @@ fn concurrent_calls(fx: Fixture) {
     assert!(left.is_empty(), "after {calls} concurrent calls: {left:#?}");
     assert!(Path::new(&rootfs).exists());
 }
-as_root_and_rootless!(concurrent_calls: concurrent_as_root, concurrent_rootless);
+
+/// How many processes on the host run a sandbox's shell marked `mark`
+/// (their command line; runsbx's own name it too, after `--`, so only the
+/// shells, whose first word is `sh`, count).
+fn sandboxes_with(mark: &str) -> usize {
+    fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let cmdline = fs::read(e.path().join("cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            cmdline.starts_with("sh\0-c\0") && cmdline.contains(mark)
+        })
+        .count()
+}
+as_root_and_rootless!(RUNSBX, concurrent_calls: concurrent_as_root, concurrent_rootless);
 
 /// Calls one after another (`RUNSBX_FAULT_SOAK`, default 300): each
 /// answers, and nothing accumulates.
 fn soak(fx: Fixture) {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let calls = count("RUNSBX_FAULT_SOAK", 300);
-    let rootfs = support::rootfs().to_str().unwrap().to_owned();
+    let rootfs = kit::rootfs().to_str().unwrap().to_owned();
     fx.run(["call", "--rootfs", &rootfs, "--", "true"]).ok();
     let before = snapshot(&fx);
     for n in 0..calls {
@@ -284,4 +319,4 @@ fn soak(fx: Fixture) {
     let left = leftovers(&fx, &before);
     assert!(left.is_empty(), "after a soak of {calls} calls: {left:#?}");
 }
-as_root_and_rootless!(soak: soak_as_root, soak_rootless);
+as_root_and_rootless!(RUNSBX, soak: soak_as_root, soak_rootless);

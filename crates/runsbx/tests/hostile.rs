@@ -4,13 +4,14 @@
 //! rootfs that is the host's `/`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use std::fs;
 use std::process::Command;
 
+use runsbx_testkit::{self as kit, as_root_and_rootless, skip, Fixture, Who};
 use serde_json::Value;
-use support::{Fixture, Who};
+
+/// The runsbx under test.
+const RUNSBX: &str = env!("CARGO_BIN_EXE_runsbx");
 
 /// Runs `runsbx run` of `bundle` inside a new pid namespace beside a
 /// canary process, so that a runsbx that signalled every pid it could
@@ -21,12 +22,12 @@ fn run_beside_canary(fx: &Fixture, bundle: &std::path::Path) -> (i32, String, bo
     let script = format!(
         "sleep 1000 & canary=$!; {bin} --root {root} run --bundle {bundle} hostile 2>{err}; \
          echo rc=$?; kill -0 $canary && echo canary-alive; kill $canary",
-        bin = support::bin().display(),
+        bin = fx.bin().display(),
         root = fx.state.display(),
         bundle = bundle.display(),
         err = err.display(),
     );
-    let out = support::output_via_files(Command::new("unshare").args([
+    let out = kit::output_via_files(Command::new("unshare").args([
         "--pid",
         "--fork",
         "--mount-proc",
@@ -48,13 +49,13 @@ fn run_beside_canary(fx: &Fixture, bundle: &std::path::Path) -> (i32, String, bo
 
 #[test]
 fn hostile_cgroup_paths_harm_nothing() {
-    if !support::is_root() {
+    if !kit::is_root() {
         skip!("hostile_cgroup_paths_harm_nothing: cgroups are root's here");
     }
-    if !support::have("unshare") {
+    if !kit::have("unshare") {
         skip!("unshare is not installed (apt-get install util-linux)");
     }
-    let fx = Fixture::new(Who::Root);
+    let fx = Fixture::new(RUNSBX, Who::Root);
     // Another live container, whose cgroup (and its parent) must be safe.
     let b0 = fx.bundle("b0", &["sleep", "1000"], |_| {});
     fx.run(["run", "--detach", "--bundle", b0.to_str().unwrap(), "c0"])
@@ -144,7 +145,7 @@ fn host_root_is_no_rootfs(fx: Fixture) {
     let out = fx.run([
         "call",
         "--rootfs",
-        support::rootfs().to_str().unwrap(),
+        kit::rootfs().to_str().unwrap(),
         "--output",
         "x",
         "--output-dir",
@@ -163,7 +164,7 @@ fn host_root_is_no_rootfs(fx: Fixture) {
     );
     fx.assert_clean();
 }
-as_root_and_rootless!(host_root_is_no_rootfs: host_root_as_root, host_root_rootless);
+as_root_and_rootless!(RUNSBX, host_root_is_no_rootfs: host_root_as_root, host_root_rootless);
 
 /// A small deterministic generator (an LCG), so that a failure names the
 /// seed that reproduces it.
@@ -288,7 +289,7 @@ fn mutated_specs_fail_cleanly(fx: Fixture) {
     }
     fx.assert_clean();
 }
-as_root_and_rootless!(mutated_specs_fail_cleanly: mutated_specs_as_root, mutated_specs_rootless);
+as_root_and_rootless!(RUNSBX, mutated_specs_fail_cleanly: mutated_specs_as_root, mutated_specs_rootless);
 
 /// Specs past runsbx's documented limits are refused up front, naming the
 /// limit, before any work in proportion to their size.
@@ -340,4 +341,4 @@ fn oversized_specs_are_refused(fx: Fixture) {
     }
     fx.assert_clean();
 }
-as_root_and_rootless!(oversized_specs_are_refused: oversized_as_root, oversized_rootless);
+as_root_and_rootless!(RUNSBX, oversized_specs_are_refused: oversized_as_root, oversized_rootless);

@@ -2,28 +2,29 @@
 //! refusals that name the problem and leave the store as it was.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use runsbx_runtime::exit;
+use runsbx_testkit::{self as kit, as_root_and_rootless, skip, Fixture, Out, Who};
 use serde_json::Value;
-use support::{Fixture, Out, Who};
+
+/// The runsbx under test.
+const RUNSBX: &str = env!("CARGO_BIN_EXE_runsbx");
 
 /// Archives of the busybox test rootfs as `podman save` writes them, made
 /// with podman's own storage under `dir`: (docker-archive, oci-archive).
 fn podman_archives(dir: &Path) -> Option<(PathBuf, PathBuf)> {
-    if !support::have("podman") {
+    if !kit::have("podman") {
         return None;
     }
     let tar = dir.join("busybox.tar");
     let out = Out::of(
         Command::new("tar")
             .arg("-C")
-            .arg(support::rootfs())
+            .arg(kit::rootfs())
             .arg("-cf")
             .arg(&tar)
             .arg(".")
@@ -194,7 +195,7 @@ fn import_podman_archives(fx: Fixture) {
     running
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null());
-    let mut child = support::spawn(&mut running);
+    let mut child = kit::spawn(&mut running);
     let mut line = String::new();
     std::io::BufRead::read_line(
         &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
@@ -230,14 +231,14 @@ fn import_podman_archives(fx: Fixture) {
     assert_eq!(store_contents(&data), Vec::<String>::new());
 }
 
-as_root_and_rootless!(import_podman_archives: import_as_root, import_rootless);
+as_root_and_rootless!(RUNSBX, import_podman_archives: import_as_root, import_rootless);
 
 #[test]
 fn bad_inputs_are_refused_and_leave_nothing() {
-    if !support::is_root() {
+    if !kit::is_root() {
         skip!("needs root to write the crafted archives' owners");
     }
-    let fx = Fixture::new(Who::Root);
+    let fx = Fixture::new(RUNSBX, Who::Root);
     let data = fx.dir.path().join("data");
     let dir = fx.dir.path();
     let check = |args: &[&str], code: i32, says: &[&str]| {
@@ -305,13 +306,13 @@ fn bad_inputs_are_refused_and_leave_nothing() {
 
 #[test]
 fn build_needs_root_and_says_so() {
-    if !support::is_root() {
+    if !kit::is_root() {
         skip!("needs root to switch to the test user");
     }
-    let Some(user) = support::test_user() else {
+    let Some(user) = kit::test_user() else {
         skip!("no test user (hack/test.sh creates `runsbx-test`)");
     };
-    let fx = Fixture::new(Who::User(user));
+    let fx = Fixture::new(RUNSBX, Who::User(user));
     let data = data_dir(&fx);
     let out = image(&fx, &data, &["build", "python"]);
     assert_eq!(out.code, exit::UNSUPPORTED, "{out:?}");

@@ -2,13 +2,14 @@
 //! bundle, as root and as an unprivileged user.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use std::fs;
 use std::time::Duration;
 
+use runsbx_testkit::{self as kit, as_root_and_rootless, output_within, Fixture};
 use serde_json::{json, Value};
-use support::{output_within, Fixture};
+
+/// The runsbx under test.
+const RUNSBX: &str = env!("CARGO_BIN_EXE_runsbx");
 
 fn run_returns_exit_code(fx: Fixture) {
     let b = fx.bundle("b", &["sh", "-c", "exit 7"], |_| {});
@@ -16,21 +17,21 @@ fn run_returns_exit_code(fx: Fixture) {
     assert_eq!(out.code, 7, "{out:?}");
     fx.assert_clean();
 }
-as_root_and_rootless!(run_returns_exit_code: run_exit_code_as_root, run_exit_code_rootless);
+as_root_and_rootless!(RUNSBX, run_returns_exit_code: run_exit_code_as_root, run_exit_code_rootless);
 
 /// The container's init is killed from outside (an init cannot SIGKILL
 /// itself in its own pid namespace): `run` returns 128 + 9.
 fn run_reports_signal_as_128_plus(fx: Fixture) {
     let b = fx.bundle("b", &["sleep", "1000"], |_| {});
     let mut cmd = fx.cmd(["run", "--bundle", b.to_str().unwrap(), "c1"]);
-    let run = std::thread::spawn(move || support::output_via_files(&mut cmd));
+    let run = std::thread::spawn(move || kit::output_via_files(&mut cmd));
     fx.wait_status("c1", "running");
     fx.run(["kill", "c1", "KILL"]).ok();
     let out = run.join().unwrap();
     assert_eq!(out.code, 128 + 9, "{out:?}");
     fx.assert_clean();
 }
-as_root_and_rootless!(run_reports_signal_as_128_plus: run_signal_as_root, run_signal_rootless);
+as_root_and_rootless!(RUNSBX, run_reports_signal_as_128_plus: run_signal_as_root, run_signal_rootless);
 
 /// youki 0.7's `run` hangs on a process that exits at once; runsbx must not.
 fn run_true_never_hangs(fx: Fixture) {
@@ -45,38 +46,43 @@ fn run_true_never_hangs(fx: Fixture) {
     }
     fx.assert_clean();
 }
-as_root_and_rootless!(run_true_never_hangs: run_true_as_root, run_true_rootless);
+as_root_and_rootless!(RUNSBX, run_true_never_hangs: run_true_as_root, run_true_rootless);
 
 fn run_forwards_signals(fx: Fixture) {
     let script = "trap 'exit 42' TERM; echo ready; while :; do sleep 0.05; done";
     let b = fx.bundle("b", &["sh", "-c", script], |_| {});
     let mut cmd = fx.cmd(["run", "--bundle", b.to_str().unwrap(), "c1"]);
-    let child = support::spawn(
+    let mut child = kit::spawn(
         cmd.stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped()),
     );
+    let mut stdout = kit::Lines::of(child.stdout.take().unwrap());
     fx.wait_status("c1", "running");
-    // The trap is set once "ready" would be printed; give sh that moment.
-    std::thread::sleep(Duration::from_millis(200));
+    // sh sets the trap before it prints "ready".
+    stdout.wait_for("ready", Duration::from_secs(10));
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(child.id() as i32),
         nix::sys::signal::Signal::SIGTERM,
     )
     .unwrap();
-    let out = support::Out::of(child.wait_with_output().unwrap());
+    let mut out = kit::Out::of(child.wait_with_output().unwrap());
+    out.stdout = stdout.all();
     assert_eq!(out.code, 42, "{out:?}");
     assert!(out.stdout.contains("ready"), "{out:?}");
     fx.assert_clean();
 }
-as_root_and_rootless!(run_forwards_signals: run_forwards_signals_as_root, run_forwards_signals_rootless);
+as_root_and_rootless!(RUNSBX, run_forwards_signals: run_forwards_signals_as_root, run_forwards_signals_rootless);
 
 /// Inside the container: `lo` is up and usable, and seccomp is in force
-/// (runsbx's allowlist replaces whatever profile the spec had).
+/// (runsbx's allowlist replaces whatever profile the spec had). The client
+/// connects once the server listens (it tries every 10 ms, 5 s at most).
 fn loopback_up_and_seccomp_applied(fx: Fixture) {
     let script =
         "probe lo; grep '^Seccomp:' /proc/self/status; probe syscalls | grep unshare_user; \
-                  nc -l -p 7777 >/dev/null & sleep 0.2; \
-                  echo hi | nc 127.0.0.1 7777 && echo loopback-connect=ok";
+                  nc -l -p 7777 >/dev/null & \
+                  for i in $(seq 500); do \
+                  echo hi | nc 127.0.0.1 7777 2>/dev/null && { echo loopback-connect=ok; break; }; \
+                  sleep 0.01; done";
     let b = fx.bundle("b", &["sh", "-c", script], |c| {
         c["linux"]["seccomp"] = json!({
             "defaultAction": "SCMP_ACT_ALLOW",
@@ -94,7 +100,7 @@ fn loopback_up_and_seccomp_applied(fx: Fixture) {
     assert!(out.stdout.contains("loopback-connect=ok"), "{out:?}");
     fx.assert_clean();
 }
-as_root_and_rootless!(loopback_up_and_seccomp_applied: lo_and_seccomp_as_root, lo_and_seccomp_rootless);
+as_root_and_rootless!(RUNSBX, loopback_up_and_seccomp_applied: lo_and_seccomp_as_root, lo_and_seccomp_rootless);
 
 /// create → state → start → list → ps → exec → kill → delete.
 fn full_lifecycle(fx: Fixture) {
@@ -106,7 +112,7 @@ fn full_lifecycle(fx: Fixture) {
     let pid_file = fx.dir.path().join("pid");
     let mut create = fx.cmd(["create", "--bundle", b.to_str().unwrap()]);
     create.arg("--pid-file").arg(&pid_file).arg("c1");
-    let out = support::output_via_files(&mut create).ok();
+    let out = kit::output_via_files(&mut create).ok();
     assert_eq!(out.stdout, "");
     let pid: i64 = fs::read_to_string(&pid_file)
         .unwrap()
@@ -211,7 +217,7 @@ fn full_lifecycle(fx: Fixture) {
     assert!(gone.stderr.contains("does not exist"), "{gone:?}");
     fx.assert_clean();
 }
-as_root_and_rootless!(full_lifecycle: lifecycle_as_root, lifecycle_rootless);
+as_root_and_rootless!(RUNSBX, full_lifecycle: lifecycle_as_root, lifecycle_rootless);
 
 fn kill_all_reaches_every_process(fx: Fixture) {
     // Children that ignore TERM in the parent's trap but not in themselves.
@@ -230,7 +236,7 @@ fn kill_all_reaches_every_process(fx: Fixture) {
     fx.run(["delete", "c1"]).ok();
     fx.assert_clean();
 }
-as_root_and_rootless!(kill_all_reaches_every_process: kill_all_as_root, kill_all_rootless);
+as_root_and_rootless!(RUNSBX, kill_all_reaches_every_process: kill_all_as_root, kill_all_rootless);
 
 fn delete_force_stops_a_running_container(fx: Fixture) {
     let b = fx.bundle("b", &["sleep", "1000"], |_| {});
@@ -245,7 +251,7 @@ fn delete_force_stops_a_running_container(fx: Fixture) {
     fx.run(["delete", "--force", "c1"]).ok();
     fx.assert_clean();
 }
-as_root_and_rootless!(delete_force_stops_a_running_container: delete_force_as_root, delete_force_rootless);
+as_root_and_rootless!(RUNSBX, delete_force_stops_a_running_container: delete_force_as_root, delete_force_rootless);
 
 /// pause, resume, events --stats and update need the container's cgroup:
 /// applied as root; rootless on this cgroup v1 host, refused with exit 6.
@@ -303,7 +309,7 @@ fn cgroup_commands(fx: Fixture) {
     fx.run(["delete", "--force", "c1"]);
     fx.assert_clean();
 }
-as_root_and_rootless!(cgroup_commands: cgroup_commands_as_root, cgroup_commands_rootless);
+as_root_and_rootless!(RUNSBX, cgroup_commands: cgroup_commands_as_root, cgroup_commands_rootless);
 
 fn features_spec_version(fx: Fixture) {
     let features = fx.run(["features"]).ok().json();
@@ -326,7 +332,7 @@ fn features_spec_version(fx: Fixture) {
         .map(|n| n["type"].as_str().unwrap())
         .collect();
     assert!(namespaces.contains(&"network"), "{namespaces:?}");
-    if let support::Who::User(u) = &fx.who {
+    if let kit::Who::User(u) = &fx.who {
         assert!(namespaces.contains(&"user"), "{namespaces:?}");
         assert_eq!(config["linux"]["uidMappings"][0]["hostID"], u.uid);
         assert_eq!(config["linux"]["uidMappings"][0]["containerID"], 0);
@@ -335,7 +341,7 @@ fn features_spec_version(fx: Fixture) {
     assert_eq!(again.code, 3, "spec must not overwrite: {again:?}");
     assert!(again.stderr.contains("exists already"), "{again:?}");
 }
-as_root_and_rootless!(features_spec_version: features_spec_version_as_root, features_spec_version_rootless);
+as_root_and_rootless!(RUNSBX, features_spec_version: features_spec_version_as_root, features_spec_version_rootless);
 
 /// Without --root, state goes where runc's would: /run/runsbx as root,
 /// $XDG_RUNTIME_DIR/runsbx for an unprivileged user.
@@ -344,21 +350,21 @@ fn default_state_root(fx: Fixture) {
     let id = format!("default-root-{}", std::process::id());
     let xdg = fx.dir.path().join("xdg");
     let expected = match &fx.who {
-        support::Who::Root => std::path::PathBuf::from("/run/runsbx"),
-        support::Who::User(_) => xdg.join("runsbx"),
+        kit::Who::Root => std::path::PathBuf::from("/run/runsbx"),
+        kit::Who::User(_) => xdg.join("runsbx"),
     };
     let runsbx = |args: &[&str]| {
-        let mut cmd = std::process::Command::new(support::bin());
+        let mut cmd = std::process::Command::new(fx.bin());
         cmd.args(args);
         fx.as_who(&mut cmd);
         if fx.rootless() {
             cmd.env("XDG_RUNTIME_DIR", &xdg);
         }
-        support::output_via_files(&mut cmd)
+        kit::output_via_files(&mut cmd)
     };
     if fx.rootless() {
         fs::create_dir(&xdg).unwrap();
-        if let support::Who::User(u) = &fx.who {
+        if let kit::Who::User(u) = &fx.who {
             nix::unistd::chown(&xdg, Some(u.uid.into()), Some(u.gid.into())).unwrap();
         }
     }
@@ -372,7 +378,7 @@ fn default_state_root(fx: Fixture) {
     assert_eq!(out.code, 0, "{out:?}");
     assert!(!expected.join(&id).exists());
 }
-as_root_and_rootless!(default_state_root: default_state_root_as_root, default_state_root_rootless);
+as_root_and_rootless!(RUNSBX, default_state_root: default_state_root_as_root, default_state_root_rootless);
 
 /// Concurrent creates of one id: exactly one wins, the rest are told it
 /// exists; nothing is corrupted.
@@ -381,7 +387,7 @@ fn concurrent_commands_are_serialized(fx: Fixture) {
     let handles: Vec<_> = (0..6)
         .map(|_| {
             let mut cmd = fx.cmd(["create", "--bundle", b.to_str().unwrap(), "same"]);
-            std::thread::spawn(move || support::output_via_files(&mut cmd))
+            std::thread::spawn(move || kit::output_via_files(&mut cmd))
         })
         .collect();
     let outs: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
@@ -394,7 +400,7 @@ fn concurrent_commands_are_serialized(fx: Fixture) {
     assert_eq!(fx.run(["state", "same"]).ok().json()["status"], "created");
     // delete and state racing: state sees it whole or not at all.
     let mut del = fx.cmd(["delete", "--force", "same"]);
-    let del = std::thread::spawn(move || support::output_via_files(&mut del));
+    let del = std::thread::spawn(move || kit::output_via_files(&mut del));
     for _ in 0..5 {
         let s = fx.run(["state", "same"]);
         assert!(s.code == 0 || s.code == 4, "{s:?}");
@@ -402,7 +408,7 @@ fn concurrent_commands_are_serialized(fx: Fixture) {
     assert_eq!(del.join().unwrap().code, 0);
     fx.assert_clean();
 }
-as_root_and_rootless!(concurrent_commands_are_serialized: concurrent_as_root, concurrent_rootless);
+as_root_and_rootless!(RUNSBX, concurrent_commands_are_serialized: concurrent_as_root, concurrent_rootless);
 
 /// `--log F --log-format json` writes runc's JSON lines, with the error
 /// last, as containerd's shim reads them.
@@ -426,7 +432,7 @@ fn json_log_for_engines(fx: Fixture) {
     );
     assert!(last["time"].is_string());
 }
-as_root_and_rootless!(json_log_for_engines: json_log_as_root, json_log_rootless);
+as_root_and_rootless!(RUNSBX, json_log_for_engines: json_log_as_root, json_log_rootless);
 
 /// Only fds 0-2 reach the container, plus the ones `--preserve-fds` names.
 fn preserve_fds(fx: Fixture) {
@@ -463,7 +469,7 @@ fn preserve_fds(fx: Fixture) {
                 Ok(())
             });
         }
-        let out = support::output_via_files(&mut cmd);
+        let out = kit::output_via_files(&mut cmd);
         let first = out.stdout.lines().next().unwrap_or_default().to_owned();
         if want_fd3 {
             assert_eq!(out.code, 0, "{out:?}");
@@ -484,7 +490,7 @@ fn preserve_fds(fx: Fixture) {
     }
     fx.assert_clean();
 }
-as_root_and_rootless!(preserve_fds: preserve_fds_as_root, preserve_fds_rootless);
+as_root_and_rootless!(RUNSBX, preserve_fds: preserve_fds_as_root, preserve_fds_rootless);
 
 /// dup2, and clear close-on-exec on the target even when `from == to`.
 fn libc_dup2(from: i32, to: i32) -> i32 {
@@ -514,4 +520,4 @@ fn exec_gets_seccomp_and_rlimits(fx: Fixture) {
     fx.run(["delete", "--force", "c1"]).ok();
     fx.assert_clean();
 }
-as_root_and_rootless!(exec_gets_seccomp_and_rlimits: exec_seccomp_as_root, exec_seccomp_rootless);
+as_root_and_rootless!(RUNSBX, exec_gets_seccomp_and_rlimits: exec_seccomp_as_root, exec_seccomp_rootless);

@@ -3,14 +3,15 @@
 //! do; the test asserts it could not.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod support;
-
 use std::io::Read;
 use std::net::TcpListener;
 use std::time::Duration;
 
+use runsbx_testkit::{self as kit, as_root_and_rootless, skip, Fixture, Who};
 use serde_json::json;
-use support::{Fixture, Who};
+
+/// The runsbx under test.
+const RUNSBX: &str = env!("CARGO_BIN_EXE_runsbx");
 
 fn token() -> String {
     format!(
@@ -31,7 +32,7 @@ fn layers_in_force(fx: Fixture) {
     );
     let out = fx.run(["run", "--bundle", b.to_str().unwrap(), "c1"]);
     assert_eq!(out.code, 0, "{out:?}");
-    support::assert_hardened(&out);
+    kit::assert_hardened(&out);
     // Every forbidden syscall was tried, and refused with EPERM.
     for name in [
         "mount",
@@ -64,7 +65,7 @@ fn layers_in_force(fx: Fixture) {
     }
     fx.assert_clean();
 }
-as_root_and_rootless!(layers_in_force: layers_as_root, layers_rootless);
+as_root_and_rootless!(RUNSBX, layers_in_force: layers_as_root, layers_rootless);
 
 /// Only the sandbox's own processes, and no global /proc files.
 fn minimal_proc(fx: Fixture) {
@@ -95,14 +96,14 @@ fn minimal_proc(fx: Fixture) {
     assert_eq!(env, ["HOME=/root", "ONLY_THIS=1", "PATH=/bin"], "{out:?}");
     fx.assert_clean();
 }
-as_root_and_rootless!(minimal_proc: minimal_proc_as_root, minimal_proc_rootless);
+as_root_and_rootless!(RUNSBX, minimal_proc: minimal_proc_as_root, minimal_proc_rootless);
 
 /// The sandbox's own view of its mounts and cgroup names no host path, no
 /// user's home and no host block device: for a call on the default image,
 /// a call on a rootfs directory, and `run` of a bundle on a runsbx image.
 fn no_host_path_in_view(fx: Fixture) {
     let image = std::path::Path::new("/var/lib/runsbx/images/python/rootfs");
-    if !image.is_dir() {
+    if !kit::have_python_image() {
         skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
     }
     let home = match &fx.who {
@@ -118,7 +119,7 @@ fn no_host_path_in_view(fx: Fixture) {
         home,
         fx.dir.path().to_owned(),
         fx.state.clone(),
-        support::rootfs().to_owned(),
+        kit::rootfs().to_owned(),
     ];
     // Every block device and partition the host has, by its /dev name.
     let devices: Vec<String> = std::fs::read_dir("/sys/class/block")
@@ -130,7 +131,7 @@ fn no_host_path_in_view(fx: Fixture) {
     forbidden.extend(devices.iter().map(|d| std::path::Path::new("/dev").join(d)));
 
     let script = "cat /proc/self/mountinfo; echo ---; cat /proc/self/cgroup";
-    let rootfs = support::rootfs().to_str().unwrap();
+    let rootfs = kit::rootfs().to_str().unwrap();
     let b = fx.bundle("b", &["sh", "-c", script], |c| {
         c["root"]["path"] = json!(image.to_str().unwrap());
         c["root"]["readonly"] = json!(true);
@@ -191,7 +192,7 @@ fn no_host_path_in_view(fx: Fixture) {
     }
     fx.assert_clean();
 }
-as_root_and_rootless!(no_host_path_in_view: no_host_path_as_root, no_host_path_rootless);
+as_root_and_rootless!(RUNSBX, no_host_path_in_view: no_host_path_as_root, no_host_path_rootless);
 
 /// A token planted in the caller's home and in runsbx's environment never
 /// reaches the sandbox.
@@ -221,7 +222,7 @@ fn secrets_do_not_reach(fx: Fixture) {
     let b = fx.bundle("b", &["sh", "-c", &script], |_| {});
     let mut cmd = fx.cmd(["run", "--bundle", b.to_str().unwrap(), "c1"]);
     cmd.env("AGENT_API_KEY", &secret).env("HOME", &home);
-    let out = support::output_via_files(&mut cmd);
+    let out = kit::output_via_files(&mut cmd);
     let _ = std::fs::remove_dir_all(&agent);
     assert!(out.stdout.contains("done"), "{out:?}");
     assert!(out.stdout.contains("No such file or directory"), "{out:?}");
@@ -231,7 +232,7 @@ fn secrets_do_not_reach(fx: Fixture) {
     );
     fx.assert_clean();
 }
-as_root_and_rootless!(secrets_do_not_reach: secrets_as_root, secrets_rootless);
+as_root_and_rootless!(RUNSBX, secrets_do_not_reach: secrets_as_root, secrets_rootless);
 
 /// A server on the host's loopback is not reachable: the sandbox's
 /// 127.0.0.1 is its own (connection refused there), and nothing else routes.
@@ -271,7 +272,7 @@ fn host_loopback_unreachable(fx: Fixture) {
     }
     fx.assert_clean();
 }
-as_root_and_rootless!(host_loopback_unreachable: loopback_as_root, loopback_rootless);
+as_root_and_rootless!(RUNSBX, host_loopback_unreachable: loopback_as_root, loopback_rootless);
 
 fn read_only_image_and_proc(fx: Fixture) {
     let script = "probe write /bin/x; probe write /proc/sys/kernel/hostname; probe write /tmp/x; probe write /workspace/x";
@@ -285,7 +286,7 @@ fn read_only_image_and_proc(fx: Fixture) {
     );
     fx.assert_clean();
 }
-as_root_and_rootless!(read_only_image_and_proc: read_only_as_root, read_only_rootless);
+as_root_and_rootless!(RUNSBX, read_only_image_and_proc: read_only_as_root, read_only_rootless);
 
 /// A spec asking for a host bind mount is refused, with the profile key
 /// that would allow it, and nothing is left.
@@ -303,15 +304,15 @@ fn host_bind_mount_refused(fx: Fixture) {
     );
     fx.assert_clean();
 }
-as_root_and_rootless!(host_bind_mount_refused: bind_refused_as_root, bind_refused_rootless);
+as_root_and_rootless!(RUNSBX, host_bind_mount_refused: bind_refused_as_root, bind_refused_rootless);
 
 /// As root, two sandboxes at once run as different host uids, neither 0.
 #[test]
 fn root_sandboxes_get_distinct_host_uids() {
-    if !support::is_root() {
+    if !kit::is_root() {
         skip!("root_sandboxes_get_distinct_host_uids: needs root");
     }
-    let fx = Fixture::new(Who::Root);
+    let fx = Fixture::new(RUNSBX, Who::Root);
     let b = fx.bundle("b", &["sleep", "1000"], |_| {});
     let mut uids = Vec::new();
     for id in ["a", "b"] {
@@ -362,7 +363,7 @@ fn harden_dry_run(fx: Fixture) {
     assert_eq!(out["config"]["process"]["noNewPrivileges"], true);
     fx.assert_clean();
 }
-as_root_and_rootless!(harden_dry_run: harden_as_root, harden_rootless);
+as_root_and_rootless!(RUNSBX, harden_dry_run: harden_as_root, harden_rootless);
 
 /// Real programs work under the default profile's seccomp allowlist:
 /// Python 3 (threads, processes, sqlite, ssl), pip's resolver, coreutils.
@@ -386,13 +387,13 @@ with tempfile.TemporaryDirectory() as d:
                        capture_output=True, text=True)
     print("pip", r.returncode, "Would install setuptools" in r.stdout, r.stderr[-300:])
 "#;
-    let rootfs = support::python_rootfs();
+    let rootfs = kit::python_rootfs();
     let b = fx.bundle("b", &["/usr/bin/python3", "-c", script], |c| {
         c["root"]["path"] = json!(rootfs.to_str().unwrap());
         c["process"]["env"] = json!(["PATH=/usr/bin:/bin", "HOME=/tmp"]);
     });
     let mut cmd = fx.cmd(["run", "--bundle", b.to_str().unwrap(), "c1"]);
-    let out = support::output_within(&mut cmd, Duration::from_secs(120));
+    let out = kit::output_within(&mut cmd, Duration::from_secs(120));
     assert_eq!(out.code, 0, "{out:?}");
     for want in [
         "coreutils ['a', 'b'] /usr/bin/python3",
@@ -404,16 +405,16 @@ with tempfile.TemporaryDirectory() as d:
     }
     fx.assert_clean();
 }
-as_root_and_rootless!(python_pip_coreutils_work: python_as_root, python_rootless);
+as_root_and_rootless!(RUNSBX, python_pip_coreutils_work: python_as_root, python_rootless);
 
 /// As root, the profile's cgroup limits are applied (memory, pids, cpu), and
 /// a `runsbx.` annotation can only lower them.
 #[test]
 fn cgroup_limits_applied_as_root() {
-    if !support::is_root() {
+    if !kit::is_root() {
         skip!("cgroup_limits_applied_as_root: needs root");
     }
-    let fx = Fixture::new(Who::Root);
+    let fx = Fixture::new(RUNSBX, Who::Root);
     let b = fx.bundle("b", &["sleep", "1000"], |c| {
         c["annotations"] = json!({"runsbx.limits.memory": "64M", "runsbx.limits.pids": "100000"});
     });

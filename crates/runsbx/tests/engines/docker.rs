@@ -1,14 +1,14 @@
 //! dockerd drives runsbx (`--add-runtime runsbx=…`, `docker run --runtime
 //! runsbx`) as a docker user would: run, exec, memory limits, hardening.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::fs;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use runsbx_engine_tests::{busybox_rootfs, docker_archive, entered, have, is_root, skip, Daemon};
+use runsbx_testkit::{self as kit, docker_archive, skip, Daemon};
 
-const IMAGE: &str = "localhost/runsbx-busybox:test";
+use crate::{IMAGE, RUNSBX};
 
 fn socket(d: &Daemon) -> String {
     format!("unix://{}", d.path().join("docker.sock").display())
@@ -36,7 +36,7 @@ fn docker_ok(d: &Daemon, args: &[&str]) -> String {
 }
 
 fn start_dockerd() -> Daemon {
-    let mut d = Daemon::prepare("runsbx-docker-");
+    let mut d = Daemon::prepare("runsbx-docker-", RUNSBX);
     let p = d.path().to_path_buf();
     let args: Vec<String> = vec![
         format!("--data-root={}", p.join("data").display()),
@@ -54,7 +54,7 @@ fn start_dockerd() -> Daemon {
     // --root for docker's containerd namespace).
     d.runsbx_root = p.join("exec/runtime-runc/moby");
     d.start("dockerd", &args);
-    d.wait_until(Duration::from_secs(60), |d| {
+    d.wait_ready(Duration::from_secs(60), |d| {
         docker(d, &["version", "--format", "{{.Server.Version}}"]).0 == 0
     });
     d.on_drop(|d| {
@@ -68,17 +68,17 @@ fn start_dockerd() -> Daemon {
 
 #[test]
 fn docker_runs_runsbx() {
-    if !is_root() {
+    if !kit::is_root() {
         skip!("docker_runs_runsbx: needs root");
     }
     for tool in ["dockerd", "docker", "unshare", "nsenter"] {
-        if !have(tool) {
+        if !kit::have(tool) {
             skip!("{tool} is not installed (apt-get install --no-install-recommends docker.io)");
         }
     }
     let d = start_dockerd();
     let archive = d.path().join("image.tar");
-    docker_archive(&busybox_rootfs(d.path()), IMAGE, &["sh"], &archive);
+    docker_archive(kit::rootfs(), IMAGE, &["sh"], &archive);
     docker_ok(&d, &["load", "-i", archive.to_str().unwrap()]);
 
     let run = ["run", "--rm", "--runtime", "runsbx", "--network", "none"];
@@ -130,7 +130,7 @@ fn docker_runs_runsbx() {
     );
     let id = id.trim();
     // docker exec is held to the sandbox as the container's init is.
-    let canary = entered::Canary::start();
+    let canary = kit::Canary::start();
     let held = docker_ok(
         &d,
         &[
@@ -143,28 +143,23 @@ fn docker_runs_runsbx() {
             IMAGE,
             "sh",
             "-c",
-            entered::ENTERED_INIT,
+            kit::ENTERED_INIT,
         ],
     );
     let held = held.trim();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while docker(&d, &["exec", held, "cat", "/tmp/init-map"]).0 != 0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the init never got ready"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let out = docker_ok(&d, &["exec", held, "sh", "-c", entered::ENTERED_PROBE]);
-    entered::assert_entered_output(&out, &canary);
-    let mark = entered::unique_mark();
+    kit::wait_until("the init to get ready", Duration::from_secs(10), || {
+        docker(&d, &["exec", held, "cat", "/tmp/init-map"]).0 == 0
+    });
+    let out = docker_ok(&d, &["exec", held, "sh", "-c", kit::ENTERED_PROBE]);
+    kit::assert_entered_output(&out, &canary);
+    let mark = kit::unique_mark();
     docker_ok(&d, &["exec", "-d", held, "sleep", &mark]);
-    let (uid, cgroups) = entered::host_view(entered::pid_of_sleep(&mark));
+    let (uid, cgroups) = kit::host_view(kit::pid_of_sleep(&mark));
     let init: i32 = docker_ok(&d, &["inspect", "-f", "{{.State.Pid}}", held])
         .trim()
         .parse()
         .unwrap();
-    assert_eq!((uid, cgroups), entered::host_view(init));
+    assert_eq!((uid, cgroups), kit::host_view(init));
     assert_ne!(uid, 0, "docker exec runs as host root");
     docker_ok(&d, &["rm", "-f", held]);
 
@@ -173,11 +168,7 @@ fn docker_runs_runsbx() {
     let out = docker_ok(&d, &["exec", id, "probe", "status"]);
     assert!(out.contains("Seccomp:\t2"), "{out}");
     let pid = docker_ok(&d, &["inspect", "-f", "{{.State.Pid}}", id]);
-    let memory = memory_limit(pid.trim());
-    match memory {
-        Some(limit) => assert_eq!(limit, 64 * 1024 * 1024, "memory.limit_in_bytes"),
-        None => eprintln!("no memory cgroup controller on this host: --memory not checked"),
-    }
+    check_memory_limit(pid.trim());
     docker_ok(&d, &["rm", "-f", id]);
     assert_eq!(
         d.runsbx_containers(),
@@ -186,7 +177,14 @@ fn docker_runs_runsbx() {
     );
     assert_eq!(d.runsbx_bundles(), Vec::<String>::new(), "bundles left");
     assert_eq!(d.runsbx_mounts(), Vec::<String>::new(), "mounts left");
-    let _ = fs::metadata(d.path());
+}
+
+/// `--memory 64m` in process `pid`'s cgroup.
+fn check_memory_limit(pid: &str) {
+    let Some(limit) = memory_limit(pid) else {
+        skip!("no memory cgroup controller on this host: docker's --memory cannot be read");
+    };
+    assert_eq!(limit, 64 * 1024 * 1024, "memory.limit_in_bytes");
 }
 
 /// The memory limit of process `pid`'s cgroup: v1's memory.limit_in_bytes,
@@ -207,5 +205,3 @@ fn memory_limit(pid: &str) -> Option<u64> {
     }
     None
 }
-
-use std::path::Path;

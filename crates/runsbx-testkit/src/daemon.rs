@@ -1,171 +1,15 @@
-//! What the engine tests share: the built runsbx, images built here from
-//! busybox, the probe and a pause program (no registry is reachable), and
-//! a daemon (containerd, dockerd) started in network and mount namespaces
-//! of its own, stopped and cleaned up when dropped.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! An engine's daemon (containerd, dockerd) that a test starts itself, in
+//! network and mount namespaces of its own, with its own root, state and
+//! socket in a temporary directory; stopped and cleaned up when dropped.
 
 use std::fs;
-use std::os::unix::fs::{symlink, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-// What every way into a sandbox is checked against; shared with the
-// integration tests of crates/runsbx.
-#[path = "../../entered.rs"]
-pub mod entered;
-
-/// Skips the test with a loud `SKIP <reason>`; under CI (CI=true) a skip
-/// is a failure, since CI installs everything the tests need.
-#[macro_export]
-macro_rules! skip {
-    ($($arg:tt)*) => {{
-        let reason = format!($($arg)*);
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("SKIP is not allowed under CI: {reason}");
-        }
-        eprintln!("SKIP {reason}");
-        return;
-    }};
-}
-
-pub fn is_root() -> bool {
-    nix::unistd::Uid::effective().is_root()
-}
-
-pub fn have(cmd: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {cmd}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// A copy of the runsbx built next to this test (`cargo build` of the
-/// workspace; hack/test.sh does it first) in `dir`.
-pub fn runsbx_in(dir: &Path) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    // target/<profile>/deps/<test> -> target/<profile>/runsbx
-    let built = exe.parent().unwrap().parent().unwrap().join("runsbx");
-    assert!(
-        built.exists(),
-        "{built:?} is missing: build the workspace first (cargo build --release)"
-    );
-    let copy = dir.join("runsbx");
-    fs::copy(&built, &copy).unwrap();
-    fs::set_permissions(&copy, fs::Permissions::from_mode(0o755)).unwrap();
-    copy
-}
-
-/// A busybox root filesystem with the in-sandbox probe (tests/probe.c).
-pub fn busybox_rootfs(dir: &Path) -> PathBuf {
-    let root = dir.join("busybox-rootfs");
-    let bin = root.join("bin");
-    fs::create_dir_all(&bin).unwrap();
-    let busybox = ["/bin/busybox", "/usr/bin/busybox"]
-        .into_iter()
-        .find(|p| Path::new(p).exists())
-        .expect("busybox-static is installed (apt-get install busybox-static)");
-    fs::copy(busybox, bin.join("busybox")).unwrap();
-    let list = Command::new(busybox).arg("--list").output().unwrap();
-    for applet in String::from_utf8_lossy(&list.stdout).lines() {
-        if applet != "busybox" {
-            let _ = symlink("busybox", bin.join(applet));
-        }
-    }
-    for d in ["proc", "sys", "dev", "tmp", "etc", "root", "var/log"] {
-        fs::create_dir_all(root.join(d)).unwrap();
-    }
-    gcc_static(&repo().join("tests/probe.c"), &bin.join("probe"));
-    fs::write(
-        root.join("etc/passwd"),
-        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/sh\n",
-    )
-    .unwrap();
-    fs::write(root.join("etc/group"), "root:x:0:\nnobody:x:65534:\n").unwrap();
-    root
-}
-
-/// A root filesystem holding only `/pause` (pause.c): a pod's sandbox
-/// container.
-pub fn pause_rootfs(dir: &Path) -> PathBuf {
-    let root = dir.join("pause-rootfs");
-    fs::create_dir_all(&root).unwrap();
-    gcc_static(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("pause.c"),
-        &root.join("pause"),
-    );
-    root
-}
-
-fn gcc_static(source: &Path, out: &Path) {
-    let built = Command::new("gcc")
-        .args(["-static", "-O2", "-o"])
-        .arg(out)
-        .arg(source)
-        .status()
-        .expect("gcc is installed (apt-get install build-essential)");
-    assert!(built.success(), "building {source:?} failed");
-}
-
-/// A docker-archive (what `docker save` writes, and what `docker load` and
-/// `ctr images import` read) of `rootfs` as one layer, tagged `tag`, whose
-/// command is `cmd`.
-pub fn docker_archive(rootfs: &Path, tag: &str, cmd: &[&str], out: &Path) {
-    let work = tempfile::tempdir().unwrap();
-    let layer = work.path().join("layer.tar");
-    run_ok(
-        Command::new("tar")
-            .arg("-C")
-            .arg(rootfs)
-            .arg("-cf")
-            .arg(&layer)
-            .arg("."),
-    );
-    let sum = run_ok(Command::new("sha256sum").arg(&layer));
-    let digest = sum.split_whitespace().next().unwrap().to_owned();
-    let config = serde_json::json!({
-        "architecture": "amd64",
-        "os": "linux",
-        "config": {
-            "Cmd": cmd,
-            "Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
-        },
-        "rootfs": { "type": "layers", "diff_ids": [format!("sha256:{digest}")] },
-    });
-    fs::write(work.path().join("config.json"), config.to_string()).unwrap();
-    let manifest = serde_json::json!([{
-        "Config": "config.json",
-        "RepoTags": [tag],
-        "Layers": ["layer.tar"],
-    }]);
-    fs::write(work.path().join("manifest.json"), manifest.to_string()).unwrap();
-    run_ok(
-        Command::new("tar")
-            .arg("-C")
-            .arg(work.path())
-            .arg("-cf")
-            .arg(out)
-            .args(["manifest.json", "config.json", "layer.tar"]),
-    );
-}
-
-/// Runs `cmd`, fails the test unless it succeeds, returns its stdout.
-pub fn run_ok(cmd: &mut Command) -> String {
-    let out = cmd.stdin(Stdio::null()).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{cmd:?}: {}\n{}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+/// What to undo in a daemon before it is stopped.
+type Cleanup = Box<dyn FnMut(&Daemon)>;
 
 /// A daemon in network and mount namespaces of its own
 /// (`unshare --net --mount --propagation private`): its loopback is up,
@@ -174,9 +18,6 @@ pub fn run_ok(cmd: &mut Command) -> String {
 /// given to [`Daemon::on_drop`], deletes whatever runsbx still holds in
 /// `runsbx_root`, stops the daemon and every process that names `dir`,
 /// and removes `dir`.
-/// What to undo in a daemon before it is stopped.
-type Cleanup = Box<dyn FnMut(&Daemon)>;
-
 pub struct Daemon {
     pub dir: tempfile::TempDir,
     pub child: Option<Child>,
@@ -187,10 +28,15 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    /// A temporary directory for a daemon, with runsbx copied into it.
-    pub fn prepare(prefix: &str) -> Self {
+    /// A temporary directory for a daemon, with a copy of `built` (the
+    /// runsbx under test, `env!("CARGO_BIN_EXE_runsbx")`) in it: the
+    /// runtime the daemon is configured with. `runsbx_root` is where that
+    /// runtime keeps its state; the test sets it to what it configures.
+    pub fn prepare(prefix: &str, built: impl AsRef<Path>) -> Self {
         let dir = tempfile::Builder::new().prefix(prefix).tempdir().unwrap();
-        let runsbx = runsbx_in(dir.path());
+        let runsbx = dir.path().join("runsbx");
+        fs::copy(built.as_ref(), &runsbx).unwrap();
+        fs::set_permissions(&runsbx, fs::Permissions::from_mode(0o755)).unwrap();
         let runsbx_root = dir.path().join("runsbx-root");
         let log = dir.path().join("daemon.log");
         Self {
@@ -237,7 +83,7 @@ impl Daemon {
 
     /// Waits until `ready` holds, failing with the daemon's log after
     /// `limit`.
-    pub fn wait_until(&mut self, limit: Duration, mut ready: impl FnMut(&Self) -> bool) {
+    pub fn wait_ready(&mut self, limit: Duration, mut ready: impl FnMut(&Self) -> bool) {
         let deadline = Instant::now() + limit;
         while !ready(self) {
             if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
@@ -252,7 +98,7 @@ impl Daemon {
         }
     }
 
-    /// `cmd` in the daemon's network and mount namespaces.
+    /// `program` in the daemon's network and mount namespaces.
     pub fn nsenter(&self, program: &str) -> Command {
         let mut cmd = Command::new("nsenter");
         cmd.arg("-t")

@@ -1,11 +1,11 @@
 //! What every process that enters a sandbox after its init is checked
 //! against, whoever sends it in (`runsbx exec`, podman, docker, ctr, a
-//! CRI ExecSync). Included by the integration tests of crates/runsbx and
-//! tests/cri.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! CRI ExecSync).
 
 use std::fs;
 use std::process::{Child, Command};
+
+use crate::command::Out;
 
 /// The init of a sandbox that other processes enter later: it records its
 /// own uid_map and makes a file, then waits.
@@ -149,4 +149,27 @@ pub fn pid_of_sleep(mark: &str) -> i32 {
             other => panic!("`sleep {mark}` processes: {other:?}"),
         }
     }
+}
+
+/// [`assert_entered_output`] of a command's output, where the init may
+/// bind no port below 1024 either (runsbx's own specs, podman's and
+/// containerd's; not docker's).
+pub fn assert_entered(out: &Out, canary: &Canary) {
+    assert_entered_output(&out.stdout, canary);
+    assert!(
+        out.stdout.lines().any(|l| l == "bind EACCES"),
+        "a port below 1024 was bound: {out:?}"
+    );
+}
+
+/// The real uid of host process `pid` (a /proc entry name), if readable.
+pub fn host_view_uid(pid: &str) -> Option<u32> {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }

@@ -1,7 +1,6 @@
 //! containerd's CRI plugin drives runsbx as a Kubernetes `RuntimeClass`
 //! handler, asked through CRI exactly as a kubelet asks: a pod, its
 //! containers, exec probes, limits, stop and removal.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
 use std::fs;
@@ -14,13 +13,12 @@ use std::time::{Duration, Instant};
 use hyper_util::rt::TokioIo;
 use k8s_cri::v1::runtime_service_client::RuntimeServiceClient;
 use k8s_cri::v1::*;
-use runsbx_engine_tests::{
-    busybox_rootfs, docker_archive, entered, have, is_root, pause_rootfs, run_ok, skip, Daemon,
-};
+use runsbx_testkit::{self as kit, docker_archive, pause_rootfs, run_ok, skip, Daemon};
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use crate::{IMAGE, RUNSBX};
+
 const PAUSE: &str = "localhost/runsbx-pause:test";
-const IMAGE: &str = "localhost/runsbx-busybox:test";
 const HANDLER: &str = "runsbx";
 const NS: &str = "k8s.io";
 
@@ -29,7 +27,7 @@ fn socket(d: &Daemon) -> PathBuf {
 }
 
 fn start_containerd() -> Daemon {
-    let mut d = Daemon::prepare("runsbx-cri-");
+    let mut d = Daemon::prepare("runsbx-cri-", RUNSBX);
     let p = d.path().to_path_buf();
     let cni_conf = p.join("cni");
     fs::create_dir_all(&cni_conf).unwrap();
@@ -101,7 +99,7 @@ state = "{state}"
         "containerd",
         &["--config".to_owned(), config_path.display().to_string()],
     );
-    d.wait_until(Duration::from_secs(60), |d| {
+    d.wait_ready(Duration::from_secs(60), |d| {
         ctr(d)
             .arg("version")
             .output()
@@ -201,21 +199,13 @@ fn listen_in(d: &Daemon) -> TcpListener {
     })
 }
 
-fn wait_for(what: &str, limit: Duration, mut ok: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !ok() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn cri_runs_pods_on_runsbx() {
-    if !is_root() {
+    if !kit::is_root() {
         skip!("cri_runs_pods_on_runsbx: needs root");
     }
     for tool in ["containerd", "ctr", "unshare", "nsenter", "gcc"] {
-        if !have(tool) {
+        if !kit::have(tool) {
             skip!("{tool} is not installed (hack/install-deps.sh)");
         }
     }
@@ -225,7 +215,7 @@ fn cri_runs_pods_on_runsbx() {
     let d = start_containerd();
     for (rootfs, tag, cmd) in [
         (pause_rootfs(d.path()), PAUSE, "/pause"),
-        (busybox_rootfs(d.path()), IMAGE, "sh"),
+        (kit::rootfs().to_owned(), IMAGE, "sh"),
     ] {
         let archive = d.path().join("image.tar");
         docker_archive(&rootfs, tag, &[cmd], &archive);
@@ -319,7 +309,7 @@ fn cri_runs_pods_on_runsbx() {
         .await
         .unwrap_or_else(|e| panic!("StartContainer: {e}\n{}", d.log_text()));
         let server_log = logs.join("server.log");
-        wait_for(
+        kit::wait_until(
             "the server's output in its CRI log",
             Duration::from_secs(10),
             || fs::read_to_string(&server_log).is_ok_and(|l| l.contains(" stdout F server-up")),
@@ -347,11 +337,11 @@ fn cri_runs_pods_on_runsbx() {
         // ExecSync is held to the sandbox as the container's init is: its
         // user namespace and host uid (never host root), no capabilities,
         // seccomp, only lo.
-        let canary = entered::Canary::start();
+        let canary = kit::Canary::start();
         let entered_id = cri
             .create_container(create(
                 "entered",
-                container_config("entered", &["sh", "-c", entered::ENTERED_INIT]),
+                container_config("entered", &["sh", "-c", kit::ENTERED_INIT]),
             ))
             .await
             .unwrap_or_else(|e| panic!("CreateContainer (entered): {e}\n{}", d.log_text()))
@@ -380,19 +370,19 @@ fn cri_runs_pods_on_runsbx() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         let exec = cri
-            .exec_sync(exec_sync(entered::ENTERED_PROBE))
+            .exec_sync(exec_sync(kit::ENTERED_PROBE))
             .await
             .unwrap()
             .into_inner();
         assert_eq!(exec.exit_code, 0, "{exec:?}");
-        entered::assert_entered_output(&String::from_utf8_lossy(&exec.stdout), &canary);
-        let mark = entered::unique_mark();
+        kit::assert_entered_output(&String::from_utf8_lossy(&exec.stdout), &canary);
+        let mark = kit::unique_mark();
         cri.exec_sync(exec_sync(&format!("sleep {mark} >/dev/null 2>&1 &")))
             .await
             .unwrap();
-        let (uid, cgroups) = entered::host_view(entered::pid_of_sleep(&mark));
+        let (uid, cgroups) = kit::host_view(kit::pid_of_sleep(&mark));
         let init = container_pid(&mut cri, &entered_id).await;
-        assert_eq!((uid, cgroups), entered::host_view(init as i32));
+        assert_eq!((uid, cgroups), kit::host_view(init as i32));
         assert_ne!(uid, 0, "ExecSync runs as host root");
         cri.stop_container(StopContainerRequest {
             container_id: entered_id.clone(),
@@ -449,7 +439,7 @@ fn cri_runs_pods_on_runsbx() {
         .await
         .unwrap();
         let client_log = logs.join("client.log");
-        wait_for("the client's output", Duration::from_secs(10), || {
+        kit::wait_until("the client's output", Duration::from_secs(10), || {
             fs::read_to_string(&client_log).is_ok_and(|l| l.contains("stdout F done"))
         });
         let text = fs::read_to_string(&client_log).unwrap();
@@ -523,37 +513,42 @@ async fn container_pid(cri: &mut RuntimeServiceClient<Channel>, id: &str) -> i64
 /// 100 ms).
 fn check_limits(pid: i64) {
     let cgroups = fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-    let path_of = |controller: &str| {
-        cgroups.lines().find_map(|l| {
-            let mut parts = l.splitn(3, ':');
-            let _ = parts.next();
-            let controllers = parts.next()?;
-            let path = parts.next()?;
-            controllers
-                .split(',')
-                .any(|c| c == controller)
-                .then(|| path.to_owned())
-        })
+    check_memory_limit(&cgroups);
+    check_cpu_limit(&cgroups);
+}
+
+/// The cgroup v1 path of `controller` in a process's /proc/PID/cgroup.
+fn v1_path(cgroups: &str, controller: &str) -> Option<String> {
+    cgroups.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let _ = parts.next();
+        let controllers = parts.next()?;
+        let path = parts.next()?;
+        controllers
+            .split(',')
+            .any(|c| c == controller)
+            .then(|| path.to_owned())
+    })
+}
+
+fn check_memory_limit(cgroups: &str) {
+    let Some(p) = v1_path(cgroups, "memory") else {
+        skip!("no cgroup v1 memory controller: the pod's memory limit cannot be read");
     };
-    match path_of("memory") {
-        Some(p) => {
-            let limit =
-                fs::read_to_string(format!("/sys/fs/cgroup/memory{p}/memory.limit_in_bytes"))
-                    .unwrap();
-            assert_eq!(limit.trim(), (96 * 1024 * 1024).to_string());
-        }
-        None => eprintln!("no cgroup v1 memory controller: memory limit not checked"),
-    }
-    match path_of("cpu") {
-        Some(p) => {
-            let dir = ["cpu,cpuacct", "cpu"]
-                .iter()
-                .map(|c| format!("/sys/fs/cgroup/{c}{p}"))
-                .find(|d| Path::new(d).exists())
-                .unwrap();
-            let quota = fs::read_to_string(format!("{dir}/cpu.cfs_quota_us")).unwrap();
-            assert_eq!(quota.trim(), "50000");
-        }
-        None => eprintln!("no cgroup v1 cpu controller: cpu limit not checked"),
-    }
+    let limit =
+        fs::read_to_string(format!("/sys/fs/cgroup/memory{p}/memory.limit_in_bytes")).unwrap();
+    assert_eq!(limit.trim(), (96 * 1024 * 1024).to_string());
+}
+
+fn check_cpu_limit(cgroups: &str) {
+    let Some(p) = v1_path(cgroups, "cpu") else {
+        skip!("no cgroup v1 cpu controller: the pod's cpu limit cannot be read");
+    };
+    let dir = ["cpu,cpuacct", "cpu"]
+        .iter()
+        .map(|c| format!("/sys/fs/cgroup/{c}{p}"))
+        .find(|d| Path::new(d).exists())
+        .unwrap();
+    let quota = fs::read_to_string(format!("{dir}/cpu.cfs_quota_us")).unwrap();
+    assert_eq!(quota.trim(), "50000");
 }

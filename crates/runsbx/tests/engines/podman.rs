@@ -1,16 +1,17 @@
-//! Real container engines drive runsbx: podman (as root and rootless) and
-//! containerd through `ctr run --runc-binary`.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-mod support;
+//! podman drives runsbx (`--runtime`), as root and rootless: run, a
+//! terminal, exec, its default network, the deadline annotation.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use support::{output_via_files, Fixture, Out, Who};
+use runsbx_testkit::{
+    self as kit, as_root_and_rootless, output_via_files, skip, Fixture, Out, Who,
+};
+
+use crate::{IMAGE, RUNSBX};
 
 /// A tar of the busybox rootfs, as `podman import` takes it.
 fn rootfs_tar(dir: &Path) -> PathBuf {
@@ -18,7 +19,7 @@ fn rootfs_tar(dir: &Path) -> PathBuf {
     let out = Out::of(
         Command::new("tar")
             .arg("-C")
-            .arg(support::rootfs())
+            .arg(kit::rootfs())
             .arg("-cf")
             .arg(&tar)
             .arg(".")
@@ -32,13 +33,13 @@ fn rootfs_tar(dir: &Path) -> PathBuf {
 
 /// podman with its own storage under the fixture, no network (the sandbox
 /// has its own loopback; slirp4netns cannot open /dev/net/tun here).
-struct Podman<'a> {
+pub(crate) struct Podman<'a> {
     fx: &'a Fixture,
     xdg: PathBuf,
 }
 
 impl<'a> Podman<'a> {
-    fn new(fx: &'a Fixture) -> Self {
+    pub(crate) fn new(fx: &'a Fixture) -> Self {
         let xdg = fx.dir.path().join("xdg");
         fs::create_dir_all(&xdg).unwrap();
         fs::set_permissions(&xdg, fs::Permissions::from_mode(0o700)).unwrap();
@@ -79,19 +80,14 @@ impl<'a> Podman<'a> {
         cmd
     }
 
-    fn run(&self, args: &[&str]) -> Out {
+    pub(crate) fn run(&self, args: &[&str]) -> Out {
         output_via_files(&mut self.cmd(args))
     }
 
     /// `localhost/runsbx-busybox:test`, imported from a tar of the test rootfs.
-    fn import_busybox(&self) {
+    pub(crate) fn import_busybox(&self) {
         let tar = rootfs_tar(self.fx.dir.path());
-        self.run(&[
-            "import",
-            tar.to_str().unwrap(),
-            "localhost/runsbx-busybox:test",
-        ])
-        .ok();
+        self.run(&["import", tar.to_str().unwrap(), IMAGE]).ok();
     }
 }
 
@@ -121,7 +117,7 @@ impl Drop for Podman<'_> {
 }
 
 fn podman_runs_runsbx(fx: Fixture) {
-    if !support::have("podman") {
+    if !kit::have("podman") {
         skip!("podman is not installed (apt-get install podman)");
     }
     let podman = Podman::new(&fx);
@@ -131,7 +127,7 @@ fn podman_runs_runsbx(fx: Fixture) {
         fs::write(&log, "").unwrap();
         nix::unistd::chown(&log, Some(u.uid.into()), Some(u.gid.into())).unwrap();
     }
-    let bin = support::bin();
+    let bin = fx.bin();
     let runtime_log = format!("log={}", log.display());
     let out = podman.run(&[
         "--runtime",
@@ -144,7 +140,7 @@ fn podman_runs_runsbx(fx: Fixture) {
         "--rm",
         "--network",
         "none",
-        "localhost/runsbx-busybox:test",
+        IMAGE,
         "echo",
         "hi",
     ]);
@@ -164,14 +160,14 @@ fn podman_runs_runsbx(fx: Fixture) {
         "--rm",
         "--network",
         "none",
-        "localhost/runsbx-busybox:test",
+        IMAGE,
         "sh",
         "-c",
         "probe status; probe lo; exit 7",
     ]);
     assert_eq!(out.code, 7, "{out:?}");
     // Hardened under podman too.
-    support::assert_hardened(&out);
+    kit::assert_hardened(&out);
 
     // A terminal (podman hands runsbx a console socket), a detached
     // container, and exec into it with and without a terminal.
@@ -179,15 +175,7 @@ fn podman_runs_runsbx(fx: Fixture) {
     let out = podman.run(
         &[
             &rt[..],
-            &[
-                "run",
-                "-t",
-                "--rm",
-                "--network",
-                "none",
-                "localhost/runsbx-busybox:test",
-                "tty",
-            ],
+            &["run", "-t", "--rm", "--network", "none", IMAGE, "tty"],
         ]
         .concat(),
     );
@@ -204,7 +192,7 @@ fn podman_runs_runsbx(fx: Fixture) {
                     "long",
                     "--network",
                     "none",
-                    "localhost/runsbx-busybox:test",
+                    IMAGE,
                     "sleep",
                     "1000",
                 ],
@@ -225,18 +213,18 @@ fn podman_runs_runsbx(fx: Fixture) {
     podman.run(&[&rt[..], &["kill", "long"]].concat()).ok();
     podman.run(&[&rt[..], &["rm", "long"]].concat()).ok();
 }
-as_root_and_rootless!(podman_runs_runsbx: podman_as_root, podman_rootless);
+as_root_and_rootless!(RUNSBX, podman_runs_runsbx: podman_as_root, podman_rootless);
 
 /// `podman exec` is held to the sandbox: the init's user namespace and
 /// host uid (never host root), no capabilities, seccomp, only lo.
 fn podman_exec_is_held_to_the_sandbox(fx: Fixture) {
-    if !support::have("podman") {
+    if !kit::have("podman") {
         skip!("podman is not installed (apt-get install podman)");
     }
     let podman = Podman::new(&fx);
     podman.import_busybox();
-    let canary = support::Canary::start();
-    let bin = support::bin();
+    let canary = kit::Canary::start();
+    let bin = fx.bin();
     let rt = ["--runtime", bin.to_str().unwrap()];
     podman
         .run(
@@ -249,10 +237,10 @@ fn podman_exec_is_held_to_the_sandbox(fx: Fixture) {
                     "entered",
                     "--network",
                     "none",
-                    "localhost/runsbx-busybox:test",
+                    IMAGE,
                     "sh",
                     "-c",
-                    support::ENTERED_INIT,
+                    kit::ENTERED_INIT,
                 ],
             ]
             .concat(),
@@ -270,12 +258,12 @@ fn podman_exec_is_held_to_the_sandbox(fx: Fixture) {
     let out = podman.run(
         &[
             &rt[..],
-            &["exec", "entered", "sh", "-c", support::ENTERED_PROBE],
+            &["exec", "entered", "sh", "-c", kit::ENTERED_PROBE],
         ]
         .concat(),
     );
     assert_eq!(out.code, 0, "{out:?}");
-    support::assert_entered(&out, &canary);
+    kit::assert_entered(&out, &canary);
 
     let init: i32 = podman
         .run(&["inspect", "--format", "{{.State.Pid}}", "entered"])
@@ -284,12 +272,12 @@ fn podman_exec_is_held_to_the_sandbox(fx: Fixture) {
         .trim()
         .parse()
         .unwrap();
-    let mark = support::unique_mark();
+    let mark = kit::unique_mark();
     podman
         .run(&[&rt[..], &["exec", "-d", "entered", "sleep", &mark]].concat())
         .ok();
-    let (uid, cgroups) = support::host_view(support::pid_of_sleep(&mark));
-    let (init_uid, init_cgroups) = support::host_view(init);
+    let (uid, cgroups) = kit::host_view(kit::pid_of_sleep(&mark));
+    let (init_uid, init_cgroups) = kit::host_view(init);
     assert_eq!((uid, cgroups), (init_uid, init_cgroups));
     assert_ne!(uid, 0, "podman exec runs as host root");
     if let Who::User(u) = &fx.who {
@@ -297,7 +285,7 @@ fn podman_exec_is_held_to_the_sandbox(fx: Fixture) {
     }
     podman.run(&["rm", "-f", "entered"]).ok();
 }
-as_root_and_rootless!(podman_exec_is_held_to_the_sandbox: podman_exec_as_root, podman_exec_rootless);
+as_root_and_rootless!(RUNSBX, podman_exec_is_held_to_the_sandbox: podman_exec_as_root, podman_exec_rootless);
 
 /// podman as a new user runs it as root, with its own default network
 /// (a CNI bridge in a namespace at /run/netns/…): the sandbox gets its own
@@ -306,23 +294,22 @@ as_root_and_rootless!(podman_exec_is_held_to_the_sandbox: podman_exec_as_root, p
 /// A `runsbx.timeout` annotation ends the container.
 #[test]
 fn podman_default_network_and_deadline() {
-    if !support::is_root() {
+    if !kit::is_root() {
         skip!("podman_default_network_and_deadline: podman's default bridge network needs root");
     }
-    if !support::have("podman") {
+    if !kit::have("podman") {
         skip!("podman is not installed (apt-get install podman)");
     }
-    let fx = Fixture::new(Who::Root);
+    let fx = Fixture::new(RUNSBX, Who::Root);
     let podman = Podman::new(&fx);
     podman.import_busybox();
-    let bin = support::bin();
+    let bin = fx.bin();
     let rt = ["--runtime", bin.to_str().unwrap()];
-    let image = "localhost/runsbx-busybox:test";
 
     let out = podman.run(
         &[
             &rt[..],
-            &["run", "--rm", image, "sh", "-c", "echo hi; probe ifaces"],
+            &["run", "--rm", IMAGE, "sh", "-c", "echo hi; probe ifaces"],
         ]
         .concat(),
     );
@@ -330,7 +317,7 @@ fn podman_default_network_and_deadline() {
     assert_eq!(out.stdout, "hi\nif lo\naddr lo 127.0.0.1\n", "{out:?}");
 
     podman
-        .run(&[&rt[..], &["create", "--name", "cr", image, "true"]].concat())
+        .run(&[&rt[..], &["create", "--name", "cr", IMAGE, "true"]].concat())
         .ok();
     podman.run(&[&rt[..], &["init", "cr"]].concat()).ok();
     let dir = podman
@@ -344,7 +331,7 @@ fn podman_default_network_and_deadline() {
         config.contains("\"/run/netns/"),
         "podman's spec has no netns path: {config}"
     );
-    let out = support::output_via_files(Command::new(&bin).args(["harden", "--bundle", &dir]));
+    let out = output_via_files(Command::new(bin).args(["harden", "--bundle", &dir]));
     assert_eq!(out.code, 0, "{out:?}");
     let changes = out.json()["changes"].clone();
     assert!(
@@ -368,7 +355,7 @@ fn podman_default_network_and_deadline() {
                 "0:400000:65536",
                 "--gidmap",
                 "0:400000:65536",
-                image,
+                IMAGE,
                 "sh",
                 "-c",
                 "probe ifaces; probe connect 10.88.0.1 9; true",
@@ -392,7 +379,7 @@ fn podman_default_network_and_deadline() {
                 "--rm",
                 "--annotation",
                 "runsbx.timeout=2s",
-                image,
+                IMAGE,
                 "sh",
                 "-c",
                 "while :; do :; done",
@@ -413,7 +400,7 @@ fn podman_default_network_and_deadline() {
                 "--rm",
                 "--annotation",
                 "runsbx.timeout=forever",
-                image,
+                IMAGE,
                 "true",
             ],
         ]
@@ -424,232 +411,4 @@ fn podman_default_network_and_deadline() {
         out.stderr.contains("runsbx.timeout") && out.stderr.contains("is not a duration"),
         "{out:?}"
     );
-}
-
-/// A containerd of the test's own: root, state, socket and config in a
-/// temporary directory; killed when dropped.
-struct Containerd {
-    child: Child,
-    socket: PathBuf,
-    namespace: String,
-}
-
-impl Containerd {
-    fn start(dir: &Path) -> Self {
-        let socket = dir.join("containerd.sock");
-        let config = dir.join("containerd.toml");
-        fs::write(
-            &config,
-            format!(
-                "version = 2\nroot = \"{root}\"\nstate = \"{state}\"\n\
-                 [grpc]\n  address = \"{sock}\"\n\
-                 [plugins.\"io.containerd.internal.v1.opt\"]\n  path = \"{opt}\"\n",
-                root = dir.join("root").display(),
-                state = dir.join("state-ctd").display(),
-                sock = socket.display(),
-                opt = dir.join("opt").display(),
-            ),
-        )
-        .unwrap();
-        let log = fs::File::create(dir.join("containerd.log")).unwrap();
-        let child = Command::new("containerd")
-            .arg("--config")
-            .arg(&config)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let ctd = Self {
-            child,
-            socket,
-            namespace: format!("runsbx-test-{}", std::process::id()),
-        };
-        while ctd.ctr(&["version"]).code != 0 {
-            assert!(
-                Instant::now() < deadline,
-                "containerd did not come up: {}",
-                fs::read_to_string(dir.join("containerd.log")).unwrap()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        ctd
-    }
-
-    fn ctr(&self, args: &[&str]) -> Out {
-        let mut cmd = Command::new("ctr");
-        cmd.arg("--address")
-            .arg(&self.socket)
-            .arg("--namespace")
-            .arg(&self.namespace)
-            .args(args);
-        output_via_files(&mut cmd)
-    }
-}
-
-impl Drop for Containerd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        // The shim's --root for this namespace, outside the test directory.
-        let _ = fs::remove_dir_all(PathBuf::from("/run/containerd/runc").join(&self.namespace));
-    }
-}
-
-#[test]
-fn containerd_runs_runsbx() {
-    if !support::is_root() {
-        skip!("containerd_runs_runsbx: needs root");
-    }
-    for tool in ["containerd", "ctr", "podman"] {
-        if !support::have(tool) {
-            skip!("{tool} is not installed (apt-get install containerd podman)");
-        }
-    }
-    let fx = Fixture::new(Who::Root);
-    // An image archive to import: podman's docker-archive of the rootfs.
-    let podman = Podman::new(&fx);
-    podman.import_busybox();
-    let archive = fx.dir.path().join("image.tar");
-    podman
-        .run(&[
-            "save",
-            "--format",
-            "docker-archive",
-            "-o",
-            archive.to_str().unwrap(),
-            "localhost/runsbx-busybox:test",
-        ])
-        .ok();
-
-    let ctd = Containerd::start(fx.dir.path());
-    ctd.ctr(&["images", "import", archive.to_str().unwrap()])
-        .ok();
-    let bin = support::bin();
-    let out = ctd.ctr(&[
-        "run",
-        "--rm",
-        "--runc-binary",
-        bin.to_str().unwrap(),
-        "localhost/runsbx-busybox:test",
-        "t1",
-        "sh",
-        "-c",
-        "echo hi; probe lo; probe status; exit 7",
-    ]);
-    assert_eq!(out.code, 7, "{out:?}");
-    assert!(out.stdout.starts_with("hi\n"), "{out:?}");
-    support::assert_hardened(&out);
-
-    let out = ctd.ctr(&[
-        "run",
-        "--rm",
-        "--runc-binary",
-        bin.to_str().unwrap(),
-        "--seccomp",
-        "localhost/runsbx-busybox:test",
-        "t2",
-        "grep",
-        "^Seccomp:",
-        "/proc/self/status",
-    ]);
-    assert_eq!(out.code, 0, "{out:?}");
-    assert_eq!(out.stdout, "Seccomp:\t2\n");
-    // ctr task exec is held to the sandbox as the task's init is.
-    let canary = support::Canary::start();
-    ctd.ctr(&[
-        "run",
-        "-d",
-        "--runc-binary",
-        bin.to_str().unwrap(),
-        "localhost/runsbx-busybox:test",
-        "t3",
-        "sh",
-        "-c",
-        support::ENTERED_INIT,
-    ])
-    .ok();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut n = 0;
-    while ctd
-        .ctr(&[
-            "task",
-            "exec",
-            "--exec-id",
-            &format!("w{n}"),
-            "t3",
-            "cat",
-            "/tmp/init-map",
-        ])
-        .code
-        != 0
-    {
-        assert!(Instant::now() < deadline, "the init never got ready");
-        std::thread::sleep(Duration::from_millis(20));
-        n += 1;
-    }
-    let out = ctd.ctr(&[
-        "task",
-        "exec",
-        "--exec-id",
-        "probe",
-        "t3",
-        "sh",
-        "-c",
-        support::ENTERED_PROBE,
-    ]);
-    assert_eq!(out.code, 0, "{out:?}");
-    support::assert_entered(&out, &canary);
-    let mark = support::unique_mark();
-    ctd.ctr(&[
-        "task",
-        "exec",
-        "-d",
-        "--exec-id",
-        "bg",
-        "t3",
-        "sleep",
-        &mark,
-    ])
-    .ok();
-    let (uid, cgroups) = support::host_view(support::pid_of_sleep(&mark));
-    let tasks = ctd.ctr(&["tasks", "ls"]).ok();
-    let init: i32 = tasks
-        .stdout
-        .lines()
-        .find_map(|l| {
-            let mut cols = l.split_whitespace();
-            (cols.next() == Some("t3")).then(|| cols.next()?.parse().ok())?
-        })
-        .unwrap_or_else(|| panic!("no t3 task: {tasks:?}"));
-    assert_eq!((uid, cgroups), support::host_view(init));
-    assert_ne!(uid, 0, "ctr task exec runs as host root");
-    ctd.ctr(&["task", "kill", "-s", "SIGKILL", "t3"]).ok();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while ctd.ctr(&["task", "delete", "t3"]).code != 0 {
-        assert!(Instant::now() < deadline, "task t3 did not stop");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    ctd.ctr(&["containers", "delete", "t3"]).ok();
-
-    let tasks = ctd.ctr(&["tasks", "ls", "-q"]).ok();
-    assert_eq!(tasks.stdout, "", "tasks left behind");
-    let containers = ctd.ctr(&["containers", "ls", "-q"]).ok();
-    assert_eq!(containers.stdout, "", "containers left behind");
-    // The shim's --root for this namespace holds runsbx's own bookkeeping
-    // directory (runc has none): runsbx was the runtime called.
-    let root = PathBuf::from("/run/containerd/runc").join(&ctd.namespace);
-    assert!(
-        root.join("@locks").is_dir(),
-        "runsbx did not run: no {root:?}/@locks"
-    );
-    let left: Vec<_> = fs::read_dir(&root)
-        .map(|d| {
-            d.flatten()
-                .map(|e| e.file_name())
-                .filter(|n| !n.to_string_lossy().starts_with('@'))
-                .collect()
-        })
-        .unwrap_or_default();
-    assert!(left.is_empty(), "runsbx state left in {root:?}: {left:?}");
 }
