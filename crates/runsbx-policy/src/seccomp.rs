@@ -2,8 +2,10 @@
 //! group with the reason it is allowed. Anything not listed fails with
 //! EPERM (a few with ENOSYS, so that programs fall back).
 //!
-//! `bundles/seccomp/default.json` is generated from this file
-//! (`runsbx seccomp-json`); a test fails when the checked-in copy is stale.
+//! `bundles/seccomp/default.json` is generated from this file by
+//! [`allowlist_json`]: the test `seccomp_json_is_current` (harden/tests.rs)
+//! fails when the checked-in copy is stale, and
+//! `RUNSBX_BLESS=1 cargo test -p runsbx-policy` rewrites it.
 
 use oci_spec::runtime::{
     Arch, LinuxSeccomp, LinuxSeccompAction, LinuxSeccompArgBuilder, LinuxSeccompBuilder,
@@ -256,7 +258,10 @@ pub fn allowed_names() -> Vec<&'static str> {
 mod tests {
     use super::*;
 
-    /// THREATS.md: these must never be allowed.
+    /// Never allowed: each mounts, changes namespaces, reads or writes
+    /// another process, reaches a kernel subsystem with a history of
+    /// escapes (bpf, io_uring, perf, userfaultfd, keyrings, modules), or
+    /// changes host-wide state (docs/security.md, "Seccomp").
     const NEVER: &[&str] = &[
         "mount",
         "umount2",

@@ -1,10 +1,12 @@
 //! Which addresses the proxy may connect to.
 //!
 //! A sandbox must not reach the host's loopback, the host's private networks
-//! or a cloud metadata service through the proxy, whatever name it asks for
-//! (THREATS.md, Network). [`classify`] names the class of every address that
-//! is not plain public unicast; the proxy refuses a destination when any of
-//! its resolved addresses has a class. IPv6 forms that carry an IPv4 address
+//! or a cloud metadata service through the proxy, whatever name it asks for:
+//! that is where the agent's own API, the host's other services and the
+//! instance's credentials are (docs/security.md, "Network and egress").
+//! [`classify`] names the class of every address that is not plain public
+//! unicast; the proxy refuses a destination when any of its resolved
+//! addresses has a class. IPv6 forms that carry an IPv4 address
 //! (mapped, compatible, NAT64, 6to4) are judged by the address they carry,
 //! since that is where the packets end up.
 //!

@@ -4,9 +4,11 @@
 //! reach the outside, the runtime makes a listening socket inside that
 //! namespace (127.0.0.1:PORT there) and hands it to [`spawn`], which serves
 //! it from the host side: HTTP CONNECT tunnels and plain HTTP forwarding, to
-//! destinations on the allowlist whose addresses are all public (DESIGN.md,
-//! "Network and egress"; THREATS.md, "Network"). Every refusal is a 403 with
-//! a one-line reason for the client and a [`DenyEvent`] for the call result.
+//! destinations on the allowlist whose addresses are all public, so that
+//! code in the sandbox never reaches the host's loopback, its private
+//! networks or a metadata service (docs/security.md, "Network and egress").
+//! Every refusal is a 403 with a one-line reason for the client and a
+//! [`DenyEvent`] for the call result.
 //!
 //! Everything is bounded: connections at once, time to send a request head,
 //! idle time, bytes per connection, buffer sizes, events kept. A hostile
