@@ -82,6 +82,7 @@ median_cmd_ms() {
 sandbox() {
     case $1 in
     runsbx) shift; "$runsbx" --root "$work/state-call" call --image python -- "$@" ;;
+    baseline) shift; "$work/baseline" --root "$work/state-call-baseline" call --image python -- "$@" ;;
     bwrap) shift; bwrap --ro-bind "$image_rootfs" / --proc /proc --dev /dev --tmpfs /tmp \
                --tmpfs /workspace --chdir /workspace --unshare-all --die-with-parent \
                --new-session --clearenv --setenv PATH "$path" -- "$@" ;;
@@ -101,6 +102,12 @@ for cmd in "/bin/true" "python3 -c pass"; do
         "$cmd" "${cm[runsbx]}" "${cm[bwrap]}" "${cm[podman]}" \
         "$(awk -v a="${cm[runsbx]}" -v b="${cm[bwrap]}" 'BEGIN{print a/b}')" \
         "$(awk -v a="${cm[runsbx]}" -v b="${cm[podman]}" 'BEGIN{print a/b}')"
+    if [ -n "${BASELINE:-}" ]; then
+        # shellcheck disable=SC2086
+        base=$(median_cmd_ms sandbox baseline $cmd)
+        printf '  %-16s baseline %6s   runsbx/baseline = %.2f\n' "$cmd" "$base" \
+            "$(awk -v a="${cm[runsbx]}" -v b="$base" 'BEGIN{print a/b}')"
+    fi
 done
 
 # per_second N TOOL: calls of `python3 -c pass` finished per second with N
