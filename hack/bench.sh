@@ -53,6 +53,25 @@ awk -v s="${med[runsbx]}" -v r="${med[runc]}" -v c="${med[crun]}" \
     'BEGIN { printf "  runsbx/runc = %.2f   runsbx/crun = %.2f\n", s / r, s / c }'
 if [ -n "${BASELINE:-}" ]; then
     awk -v s="${med[runsbx]}" -v b="${med[baseline]}" 'BEGIN { printf "  runsbx/baseline = %.2f\n", s / b }'
+    # Again alternating one run of each, so that both see the same moments
+    # of a noisy machine.
+    ta=() tb=()
+    for i in $(seq 1 $((runs + 5))); do
+        for which in runsbx baseline; do
+            rt=$runsbx
+            [ "$which" = baseline ] && rt=$work/baseline
+            t0=$(date +%s%N)
+            "$rt" --root "$work/state-alt-$which" run --bundle "$work/bundle" "a$i" >/dev/null
+            t1=$(date +%s%N)
+            if [ "$i" -gt 5 ]; then
+                if [ "$which" = runsbx ]; then ta+=($(( (t1 - t0) / 1000 ))); else tb+=($(( (t1 - t0) / 1000 ))); fi
+            fi
+        done
+    done
+    med_of() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {m = (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2; printf "%.2f", m / 1000}'; }
+    a=$(med_of "${ta[@]}") b=$(med_of "${tb[@]}")
+    printf '  alternating: runsbx %s ms, baseline %s ms, runsbx/baseline = %.2f\n' "$a" "$b" \
+        "$(awk -v a="$a" -v b="$b" 'BEGIN{print a/b}')"
 fi
 
 # --- Tool calls: `runsbx call` against bwrap on the same rootfs and
@@ -79,6 +98,22 @@ median_cmd_ms() {
     done
     printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {m = (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2; printf "%.2f\n", m / 1000}'
 }
+# median_alternating_ms TOOL_A TOOL_B CMD...: the medians of CMD run by
+# `sandbox TOOL_A` and `sandbox TOOL_B`, one after the other, call_runs
+# times each.
+median_alternating_ms() {
+    local a=$1 b=$2 i t0 t1
+    shift 2
+    local -a ta=() tb=()
+    for i in $(seq 1 $((call_runs + 3))); do
+        t0=$(date +%s%N); sandbox "$a" "$@" >/dev/null; t1=$(date +%s%N)
+        [ "$i" -gt 3 ] && ta+=($(( (t1 - t0) / 1000 )))
+        t0=$(date +%s%N); sandbox "$b" "$@" >/dev/null; t1=$(date +%s%N)
+        [ "$i" -gt 3 ] && tb+=($(( (t1 - t0) / 1000 )))
+    done
+    local med='{a[NR]=$1} END {m = (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2; printf "%.2f", m / 1000}'
+    echo "$(printf '%s\n' "${ta[@]}" | sort -n | awk "$med") $(printf '%s\n' "${tb[@]}" | sort -n | awk "$med")"
+}
 sandbox() {
     case $1 in
     runsbx) shift; "$runsbx" --root "$work/state-call" call --image python -- "$@" ;;
@@ -103,10 +138,12 @@ for cmd in "/bin/true" "python3 -c pass"; do
         "$(awk -v a="${cm[runsbx]}" -v b="${cm[bwrap]}" 'BEGIN{print a/b}')" \
         "$(awk -v a="${cm[runsbx]}" -v b="${cm[podman]}" 'BEGIN{print a/b}')"
     if [ -n "${BASELINE:-}" ]; then
+        # Against the older build, alternating one call of each, so that
+        # both see the same moments of a noisy machine.
         # shellcheck disable=SC2086
-        base=$(median_cmd_ms sandbox baseline $cmd)
-        printf '  %-16s baseline %6s   runsbx/baseline = %.2f\n' "$cmd" "$base" \
-            "$(awk -v a="${cm[runsbx]}" -v b="$base" 'BEGIN{print a/b}')"
+        read -r now base < <(median_alternating_ms runsbx baseline $cmd)
+        printf '  %-16s runsbx %8s   baseline %6s   runsbx/baseline = %.2f (alternating)\n' \
+            "$cmd" "$now" "$base" "$(awk -v a="$now" -v b="$base" 'BEGIN{print a/b}')"
     fi
 done
 
