@@ -9,7 +9,7 @@ use crate::sys::netns;
 
 /// Holds the sandbox's network namespace to runsbx's promise right before
 /// a process runs in it (`when`: start, exec): whatever an engine moved in
-/// or configured after `create`, only `lo` is left (see netns.rs), and the
+/// or configured after `create`, only `lo` is left (see sys/netns.rs), and the
 /// attestation says the check ran and what it removed. Sandboxes whose
 /// network the profile let them join (not loopback-only) are left alone.
 /// Returns the attested layer, if the check ran.
