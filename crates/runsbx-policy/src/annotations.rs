@@ -343,23 +343,8 @@ mod tests {
 
     #[test]
     fn typed_overrides_harden_as_their_annotations_do() -> Result<(), PolicyError> {
-        use crate::{HostFacts, IdRange};
         let profile = Profile::builtin()?;
-        let host = HostFacts {
-            rootless: false,
-            uid: 0,
-            gid: 0,
-            id_range: Some(IdRange {
-                base: 1_000_000_000,
-                size: 65_536,
-            }),
-            user_namespaces: true,
-            seccomp: true,
-            cgroups: true,
-            proc_subset: true,
-            call_workspace: None,
-            pod: None,
-        };
+        let host = crate::harden::tests::as_root();
         let mut spec = oci_spec::runtime::Spec::default();
         let annotated = {
             let mut s = spec.clone();

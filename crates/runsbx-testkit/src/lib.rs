@@ -30,7 +30,7 @@ pub use entered::{
 pub use fixture::{assert_hardened, test_user, Fixture, User, Who};
 pub use poll::{settle, wait_until, POLL};
 pub use rootfs::{
-    docker_archive, have_python_image, pause_rootfs, python_rootfs, rootfs, runsbx_copy,
+    docker_archive, have_python_image, pause_rootfs, python_rootfs, rootfs, rootfs_tar, runsbx_copy,
 };
 
 /// Reports that a test, or the rest of it, cannot run here: a loud

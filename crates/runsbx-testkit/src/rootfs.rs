@@ -128,6 +128,25 @@ pub fn have_python_image() -> bool {
     Path::new("/var/lib/runsbx/images/python/rootfs").is_dir()
 }
 
+/// A tar of the busybox rootfs in `dir`, readable by everyone, as
+/// `podman import` takes it.
+pub fn rootfs_tar(dir: &Path) -> PathBuf {
+    let tar = dir.join("busybox.tar");
+    let out = Out::of(
+        Command::new("tar")
+            .arg("-C")
+            .arg(rootfs())
+            .arg("-cf")
+            .arg(&tar)
+            .arg(".")
+            .output()
+            .unwrap(),
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    fs::set_permissions(&tar, fs::Permissions::from_mode(0o644)).unwrap();
+    tar
+}
+
 /// A root filesystem holding only `/pause` (tests/pause.c), in `dir`: a
 /// pod's sandbox container.
 pub fn pause_rootfs(dir: &Path) -> PathBuf {

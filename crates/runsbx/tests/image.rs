@@ -20,18 +20,7 @@ fn podman_archives(dir: &Path) -> Option<(PathBuf, PathBuf)> {
     if !kit::have("podman") {
         return None;
     }
-    let tar = dir.join("busybox.tar");
-    let out = Out::of(
-        Command::new("tar")
-            .arg("-C")
-            .arg(kit::rootfs())
-            .arg("-cf")
-            .arg(&tar)
-            .arg(".")
-            .output()
-            .unwrap(),
-    );
-    assert_eq!(out.code, 0, "{out:?}");
+    let tar = kit::rootfs_tar(dir);
     let podman = |args: &[&str]| {
         let out = Out::of(
             Command::new("podman")

@@ -141,4 +141,4 @@ impl<'a> Cx<'a> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

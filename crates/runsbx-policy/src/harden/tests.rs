@@ -11,7 +11,7 @@ use proptest::prelude::*;
 
 use crate::{harden, verify, HostFacts, IdRange, PolicyError, Profile};
 
-fn as_root() -> HostFacts {
+pub(crate) fn as_root() -> HostFacts {
     HostFacts {
         rootless: false,
         uid: 0,

@@ -13,24 +13,6 @@ use runsbx_testkit::{
 
 use crate::{IMAGE, RUNSBX};
 
-/// A tar of the busybox rootfs, as `podman import` takes it.
-fn rootfs_tar(dir: &Path) -> PathBuf {
-    let tar = dir.join("busybox.tar");
-    let out = Out::of(
-        Command::new("tar")
-            .arg("-C")
-            .arg(kit::rootfs())
-            .arg("-cf")
-            .arg(&tar)
-            .arg(".")
-            .output()
-            .unwrap(),
-    );
-    assert_eq!(out.code, 0, "{out:?}");
-    fs::set_permissions(&tar, fs::Permissions::from_mode(0o644)).unwrap();
-    tar
-}
-
 /// podman with its own storage under the fixture, no network (the sandbox
 /// has its own loopback; slirp4netns cannot open /dev/net/tun here).
 pub(crate) struct Podman<'a> {
@@ -86,7 +68,7 @@ impl<'a> Podman<'a> {
 
     /// `localhost/runsbx-busybox:test`, imported from a tar of the test rootfs.
     pub(crate) fn import_busybox(&self) {
-        let tar = rootfs_tar(self.fx.dir.path());
+        let tar = kit::rootfs_tar(self.fx.dir.path());
         self.run(&["import", tar.to_str().unwrap(), IMAGE]).ok();
     }
 }
