@@ -126,16 +126,15 @@ impl CallResult {
     /// The exit code of `runsbx call` for this result.
     pub fn exit_code(&self) -> i32 {
         match (&self.status, &self.error) {
-            (Status::Exited, _) => self.exit_code.unwrap_or(exit::FAILURE),
-            (Status::Signaled | Status::Interrupted, _) => self.exit_code.unwrap_or(exit::FAILURE),
+            (Status::Exited | Status::Signaled | Status::Interrupted, _) => {
+                self.exit_code.unwrap_or(exit::FAILURE)
+            }
             (Status::TimedOut, _) => exit::TIMED_OUT,
             (Status::Error, Some(e)) => e.kind.call_exit_code(),
             (Status::Error, None) => exit::FAILURE,
         }
     }
-}
 
-impl CallResult {
     /// The result of a call that has not run yet.
     pub(crate) fn new(id: &str, req: &CallRequest) -> Self {
         Self {
