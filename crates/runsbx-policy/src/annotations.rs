@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 
+use crate::harden::EgressPlan;
 use crate::profile::{parse_duration, parse_size, Limits, OperatorConfig, Profile, Size, Timeout};
 use crate::PolicyError;
 
@@ -16,35 +17,9 @@ pub const EGRESS_ALLOW: &str = "runsbx.egress.allow";
 /// A wall-clock deadline (`30s`): at most the profile's.
 pub const TIMEOUT: &str = "runsbx.timeout";
 
-/// The egress allowlist that applies: the profile's, or the part of it the
-/// `runsbx.egress.allow` annotation keeps. An entry the profile does not
-/// have is an error: an annotation never widens.
-pub fn egress_allow(
-    annotations: Option<&HashMap<String, String>>,
-    profile: &Profile,
-) -> Result<Vec<String>, PolicyError> {
-    let Some(value) = annotations.and_then(|a| a.get(EGRESS_ALLOW)) else {
-        return Ok(profile.egress.allow.clone());
-    };
-    let mut kept = Vec::new();
-    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        if !profile.egress.allow.iter().any(|a| a == entry) {
-            return Err(PolicyError::Annotation {
-                key: EGRESS_ALLOW.to_owned(),
-                value: value.clone(),
-                reason: format!(
-                    "{entry:?} is not in the egress allowlist of profile `{}` (annotations only narrow it)",
-                    profile.name
-                ),
-            });
-        }
-        kept.push(entry.to_owned());
-    }
-    Ok(kept)
-}
-
 /// What a caller may ask of the policy beyond the spec itself, each only to
-/// tighten the profile: a selectable profile, limits, a deadline. Produced
+/// tighten the profile: a selectable profile, limits, a deadline, egress
+/// (with one exception, [`EgressOverride::Call`]). Produced
 /// from `runsbx.*` annotations ([`Overrides::from_annotations`], for
 /// engines) or directly, typed, from a `runsbx call`'s options.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -60,13 +35,28 @@ pub struct Overrides {
     pub cpu_seconds: Option<u64>,
     pub cpu_millis: Option<u64>,
     pub pids: Option<i64>,
+    pub egress: Option<EgressOverride>,
+}
+
+/// Egress other than the profile's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EgressOverride {
+    /// Only these entries of the profile's allowlist (`runsbx.egress.allow`);
+    /// an entry the profile does not have is an error.
+    Narrow(Vec<String>),
+    /// A `runsbx call`'s own egress (`--allow-host` and its companions), in
+    /// place of the profile's, which is what engines' containers get. This
+    /// is the one override that may widen, because of who gives it: the
+    /// caller of `runsbx call` is the host-side program that runs runsbx
+    /// (the agent's tool runner), which decides what each tool call may
+    /// reach; the code inside never chooses it. No annotation produces it.
+    Call(EgressPlan),
 }
 
 impl Overrides {
     /// Reads the `runsbx.*` annotations. An unknown `runsbx.` key or a
     /// malformed value is an error: a typo must not silently leave a limit
-    /// wider than its author meant. (`runsbx.egress.allow` is read with
-    /// the profile's egress, by [`egress_allow`].)
+    /// wider than its author meant.
     pub fn from_annotations(
         annotations: Option<&HashMap<String, String>>,
     ) -> Result<Self, PolicyError> {
@@ -94,7 +84,10 @@ impl Overrides {
             };
             let size = || parse_size(value).map(Size).map_err(|e| bad(&e));
             match key.as_str() {
-                EGRESS_ALLOW => {}
+                EGRESS_ALLOW => {
+                    let kept = value.split(',').map(str::trim).filter(|e| !e.is_empty());
+                    wanted.egress = Some(EgressOverride::Narrow(kept.map(str::to_owned).collect()));
+                }
                 PROFILE => wanted.profile = Some(value.clone()),
                 TIMEOUT => {
                     let timeout = parse_duration(value).map_err(|e| bad(&e))?;
@@ -208,21 +201,35 @@ mod tests {
             .collect()
     }
 
+    /// The egress a spec with these annotations gets under `profile`.
+    fn egress_of(
+        annotations: &[(&str, &str)],
+        profile: &Profile,
+    ) -> Result<Option<crate::EgressPlan>, PolicyError> {
+        let mut spec = oci_spec::runtime::Spec::default();
+        spec.set_annotations(Some(ann(annotations)));
+        Ok(crate::harden(spec, profile, &crate::harden::tests::as_root())?.egress)
+    }
+
     #[test]
     fn egress_annotation_only_narrows() -> Result<(), PolicyError> {
-        let mut profile = Profile::default();
+        let mut profile = Profile::builtin()?;
         profile.egress.allow = vec!["pypi.org".to_owned(), "*.example.org:443".to_owned()];
-        assert_eq!(egress_allow(None, &profile)?, profile.egress.allow);
-        let narrowed = egress_allow(Some(&ann(&[(EGRESS_ALLOW, " pypi.org ")])), &profile)?;
-        assert_eq!(narrowed, ["pypi.org"]);
+        let allow = |plan: Option<crate::EgressPlan>| plan.map(|p| p.allow);
         assert_eq!(
-            egress_allow(Some(&ann(&[(EGRESS_ALLOW, "")])), &profile)?,
-            Vec::<String>::new()
+            allow(egress_of(&[], &profile)?),
+            Some(profile.egress.allow.clone())
         );
+        let narrowed = egress_of(&[(EGRESS_ALLOW, " pypi.org ")], &profile)?;
+        assert_eq!(allow(narrowed), Some(vec!["pypi.org".to_owned()]));
+        // Narrowed to nothing: no egress at all.
+        assert_eq!(egress_of(&[(EGRESS_ALLOW, "")], &profile)?, None);
         for wider in ["evil.com", "pypi.org,evil.com", "*.org", "pypi.org:8080"] {
+            let r = egress_of(&[(EGRESS_ALLOW, wider)], &profile);
             assert!(
-                egress_allow(Some(&ann(&[(EGRESS_ALLOW, wider)])), &profile).is_err(),
-                "{wider}"
+                matches!(&r, Err(PolicyError::Annotation { key, reason, .. })
+                    if key == EGRESS_ALLOW && reason.contains("annotations only narrow it")),
+                "{wider}: {r:?}"
             );
         }
         // The key is known to the limits parser too.

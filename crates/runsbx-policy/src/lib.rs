@@ -16,8 +16,10 @@ pub mod verify;
 
 use serde::Serialize;
 
-pub use annotations::Overrides;
-pub use harden::{harden, harden_exec, harden_with, is_bind_mount};
+pub use annotations::{EgressOverride, Overrides};
+pub use harden::{
+    harden, harden_exec, harden_with, is_bind_mount, proxy_env, EgressPlan, PROXY_PORT,
+};
 pub use profile::{OperatorConfig, Profile};
 pub use verify::verify;
 
@@ -120,6 +122,8 @@ pub struct Hardened {
     pub attestation: Vec<Layer>,
     /// When the runtime kills the whole sandbox, counted from create.
     pub deadline: Option<std::time::Duration>,
+    /// What the sandbox's egress proxy lets through; `None`: no egress.
+    pub egress: Option<EgressPlan>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

@@ -37,7 +37,7 @@ enum Pattern {
 
 /// An allowlist entry that could not be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("--allow-host \"{entry}\": {reason}")]
+#[error("allowlist entry \"{entry}\": {reason}")]
 pub struct AllowlistError {
     pub entry: String,
     pub reason: String,
@@ -229,7 +229,7 @@ mod tests {
             let err = Allowlist::parse([entry]).unwrap_err();
             let text = err.to_string();
             assert!(
-                text.starts_with(&format!("--allow-host \"{entry}\": ")),
+                text.starts_with(&format!("allowlist entry \"{entry}\": ")),
                 "{text}"
             );
             assert!(text.contains(needle), "{entry}: {text}");

@@ -240,20 +240,3 @@ impl Drop for ProxyHandle {
         self.stop();
     }
 }
-
-/// The environment that points a sandbox's HTTP clients at the proxy on its
-/// loopback port `port`. Both spellings, because curl and others read only
-/// the lower-case `http_proxy`. `NO_PROXY` keeps the sandbox's own loopback
-/// direct: it is the sandbox's own, and the proxy would refuse it anyway.
-pub fn proxy_env(port: u16) -> Vec<String> {
-    let url = format!("http://127.0.0.1:{port}");
-    let no_proxy = "localhost,127.0.0.1,::1";
-    vec![
-        format!("HTTP_PROXY={url}"),
-        format!("HTTPS_PROXY={url}"),
-        format!("http_proxy={url}"),
-        format!("https_proxy={url}"),
-        format!("NO_PROXY={no_proxy}"),
-        format!("no_proxy={no_proxy}"),
-    ]
-}

@@ -75,6 +75,12 @@ fn load_profile(config: &OperatorConfig, name: &str) -> Result<Profile> {
     if name == "default" {
         return Profile::builtin().map_err(policy_err);
     }
+    let (profile, path) = read_profile(config, name)?;
+    crate::sandbox::egress::check_profile(&profile, &path.display().to_string())?;
+    Ok(profile)
+}
+
+fn read_profile(config: &OperatorConfig, name: &str) -> Result<(Profile, std::path::PathBuf)> {
     let valid = !name.is_empty()
         && name
             .chars()
@@ -92,7 +98,8 @@ fn load_profile(config: &OperatorConfig, name: &str) -> Result<Profile> {
             e,
         )
     })?;
-    Profile::from_toml(&text, &path.display().to_string()).map_err(policy_err)
+    let profile = Profile::from_toml(&text, &path.display().to_string()).map_err(policy_err)?;
+    Ok((profile, path))
 }
 
 pub(crate) fn policy_err(e: PolicyError) -> RuntimeError {

@@ -217,30 +217,31 @@ fn egress(
     allow: Vec<String>,
     resolve: &[String],
     allow_addresses: Vec<std::net::SocketAddr>,
-) -> Result<Option<call::Egress>> {
+) -> Result<Option<runsbx_policy::EgressPlan>> {
     if allow.is_empty() {
         if !resolve.is_empty() || !allow_addresses.is_empty() {
             anyhow::bail!("--proxy-resolve and --proxy-allow-address need --allow-host");
         }
         return Ok(None);
     }
-    let hosts = resolve
-        .iter()
-        .map(|r| {
-            let (name, ip) = r
-                .split_once('=')
-                .ok_or_else(|| anyhow::anyhow!("--proxy-resolve {r:?}: use NAME=IP"))?;
-            let ip = ip
-                .parse()
-                .map_err(|e| anyhow::anyhow!("--proxy-resolve {r:?}: {e}"))?;
-            Ok((name.to_owned(), ip))
-        })
-        .collect::<Result<_>>()?;
-    Ok(Some(call::Egress {
+    let mut plan = runsbx_policy::EgressPlan {
         allow,
-        hosts,
         allow_addresses,
-    }))
+        ..Default::default()
+    };
+    for r in resolve {
+        let (name, ip) = r
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--proxy-resolve {r:?}: use NAME=IP"))?;
+        let ip = ip
+            .parse()
+            .map_err(|e| anyhow::anyhow!("--proxy-resolve {r:?}: {e}"))?;
+        plan.resolve
+            .entry(name.to_ascii_lowercase())
+            .or_default()
+            .push(ip);
+    }
+    Ok(Some(plan))
 }
 
 fn print_json(value: &impl serde::Serialize) -> Result<()> {

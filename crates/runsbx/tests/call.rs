@@ -72,6 +72,19 @@ fn python_output_comes_back(fx: Fixture) {
             "{want}: {layers:?}"
         );
     }
+    // No --allow-host: no way out, and the attestation says so.
+    let egress = r["attestation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["layer"] == "egress")
+        .unwrap_or_else(|| panic!("no egress layer: {}", r["attestation"]));
+    assert_eq!(egress["in_force"], true, "{egress}");
+    assert!(
+        egress["detail"].as_str().unwrap().starts_with("none"),
+        "{egress}"
+    );
+    assert!(r["egress"].is_null(), "{}", r["egress"]);
     assert_eq!(out.code, 0);
     assert!(!out.stdout.contains("sk-runsbx-test-token"));
     fx.assert_clean();
@@ -433,6 +446,16 @@ fn bad_inputs_are_refused(fx: Fixture) {
             vec!["--rootfs".into(), "/nonexistent-rootfs".into()],
             125,
             "--rootfs",
+        ),
+        (
+            vec![
+                "--allow-host".into(),
+                "bad host!".into(),
+                "--rootfs".into(),
+                rootfs.clone(),
+            ],
+            125,
+            "--allow-host: allowlist entry \"bad host!\": host name holds a character",
         ),
     ];
     for (opts, code, message) in cases {

@@ -247,6 +247,17 @@ except Exception as e:
     assert_eq!(denied[0]["reason"]["code"], "not_allowed");
     assert_eq!(r["egress"]["stats"]["denied"], 1);
     assert!(server.accepted() >= 102, "{}", server.accepted());
+    // The policy attests the call's allowlist, and only it.
+    let layer = r["attestation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["layer"] == "egress")
+        .unwrap_or_else(|| panic!("no egress layer: {}", r["attestation"]));
+    let detail = layer["detail"].as_str().unwrap();
+    assert_eq!(layer["in_force"], true, "{layer}");
+    assert!(detail.contains(&format!("allowed.test:{p}")), "{detail}");
+    assert!(!detail.contains("blocked.test"), "{detail}");
     fx.assert_clean();
 }
 as_root_and_rootless!(RUNSBX, allowlisted_name_works_and_others_are_refused: allowlist_as_root, allowlist_rootless);
@@ -307,26 +318,12 @@ as_root_and_rootless!(RUNSBX, a_connection_flood_is_cut_off: flood_as_root, floo
 fn containers_get_egress_from_their_profile(fx: Fixture) {
     let server = HostServer::start();
     let p = server.port;
-    let dir = fx.dir.path().join("profiles");
-    std::fs::create_dir_all(&dir).unwrap();
-    let default = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bundles/profiles/default.toml"),
-    )
-    .unwrap();
-    let profile = default.replace("name = \"default\"", "name = \"egress\"")
-        + &format!(
-            "\n[egress]\nallow = [\"allowed.test:{p}\"]\nresolve = {{ \"allowed.test\" = \"127.0.0.1\", \"blocked.test\" = \"127.0.0.1\" }}\nallow_addresses = [\"127.0.0.1:{p}\"]\n"
-        );
-    std::fs::write(dir.join("egress.toml"), profile).unwrap();
-    let config = fx.dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "profile = \"egress\"\nprofiles_dir = {:?}\n",
-            dir.display().to_string()
+    let config = egress_profile(
+        &fx,
+        &format!(
+            "allow = [\"allowed.test:{p}\"]\nresolve = {{ \"allowed.test\" = \"127.0.0.1\", \"blocked.test\" = \"127.0.0.1\" }}\nallow_addresses = [\"127.0.0.1:{p}\"]\n"
         ),
-    )
-    .unwrap();
+    );
     let urls = [
         format!("http://allowed.test:{p}/"),
         format!("http://blocked.test:{p}/"),
@@ -366,3 +363,53 @@ fn containers_get_egress_from_their_profile(fx: Fixture) {
     fx.assert_clean();
 }
 as_root_and_rootless!(RUNSBX, containers_get_egress_from_their_profile: container_egress_as_root, container_egress_rootless);
+
+/// An operator config whose profile `egress` is the default one with this
+/// `[egress]` section.
+fn egress_profile(fx: &Fixture, egress: &str) -> std::path::PathBuf {
+    let dir = fx.dir.path().join("profiles");
+    std::fs::create_dir_all(&dir).unwrap();
+    let default = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bundles/profiles/default.toml"),
+    )
+    .unwrap();
+    let profile =
+        default.replace("name = \"default\"", "name = \"egress\"") + "\n[egress]\n" + egress;
+    std::fs::write(dir.join("egress.toml"), profile).unwrap();
+    let config = fx.dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "profile = \"egress\"\nprofiles_dir = {:?}\n",
+            dir.display().to_string()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// A profile whose allowlist does not parse is refused when it is loaded,
+/// naming the profile, its file and the entry; nothing is left.
+fn a_bad_profile_allowlist_is_refused(fx: Fixture) {
+    let config = egress_profile(&fx, "allow = [\"pypi.org\", \"bad host!\"]\n");
+    let b = fx.bundle("b", &["/bin/true"], |_| {});
+    let out = fx.run([
+        "--config",
+        config.to_str().unwrap(),
+        "run",
+        "--bundle",
+        b.to_str().unwrap(),
+        "c1",
+    ]);
+    // Invalid input (README, "Exit codes").
+    assert_eq!(out.code, 3, "{out:?}");
+    let first = out.stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("profile `egress`")
+            && first.contains("egress.toml")
+            && first.contains("allowlist entry \"bad host!\""),
+        "{out:?}"
+    );
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, a_bad_profile_allowlist_is_refused: bad_allowlist_as_root, bad_allowlist_rootless);

@@ -1,5 +1,6 @@
 //! `harden`: one module per kernel concern, applied in the order below.
 
+mod egress;
 mod mounts;
 mod namespaces;
 mod proc;
@@ -12,6 +13,7 @@ mod userns;
 
 use oci_spec::runtime::Spec;
 
+pub use egress::{proxy_env, EgressPlan, PROXY_PORT};
 pub use mounts::is_bind as is_bind_mount;
 pub(crate) use mounts::{ENGINE_FILES, WORKSPACE, WORKSPACE_OPTIONS};
 pub(crate) use namespaces::REQUIRED as REQUIRED_NAMESPACES;
@@ -51,6 +53,7 @@ fn apply_all(
     let mut cx = Cx::new(spec, profile, host, overrides);
     reject::apply(&mut cx)?; // cgroup path, hooks, extra devices
     namespaces::apply(&mut cx)?; // every namespace new; no joins; loopback-only network
+    let egress = egress::apply(&mut cx)?; // out only through the allowlist proxy
     userns::apply(&mut cx)?; // container root = caller (rootless) or an unprivileged range
     mounts::apply(&mut cx)?; // read-only image, capped tmpfs, no host binds
     proc::apply(&mut cx)?; // fresh procfs, subset=pid, masked paths
@@ -63,6 +66,7 @@ fn apply_all(
         changes: cx.changes,
         attestation: cx.attestation,
         deadline,
+        egress,
     })
 }
 

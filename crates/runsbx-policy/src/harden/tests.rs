@@ -809,3 +809,158 @@ proptest! {
         }
     }
 }
+
+fn with_egress(allow: &[&str]) -> Profile {
+    let mut p = profile();
+    p.egress.allow = allow.iter().map(|a| (*a).to_owned()).collect();
+    p.egress
+        .resolve
+        .insert("Mirror.Test".to_owned(), "10.0.0.7".to_owned());
+    p.egress.allow_addresses = vec!["10.0.0.7:443".to_owned()];
+    p
+}
+
+fn env_of(spec: &Spec) -> Vec<String> {
+    spec.process().as_ref().unwrap().env().clone().unwrap()
+}
+
+fn layer<'a>(h: &'a crate::Hardened, name: &str) -> &'a crate::Layer {
+    h.attestation
+        .iter()
+        .find(|l| l.layer == name)
+        .unwrap_or_else(|| panic!("no {name} layer: {:?}", h.attestation))
+}
+
+#[test]
+fn the_profiles_egress_is_planned_attested_and_put_in_the_environment() {
+    let profile = with_egress(&["pypi.org", "*.example.org:443"]);
+    let mut spec = load("podman.json");
+    // A spec's own proxy variable is replaced, not kept beside runsbx's.
+    let process = spec.process_mut().as_mut().unwrap();
+    let mut env = process.env().clone().unwrap_or_default();
+    env.push("HTTPS_PROXY=http://attacker.example:8080".to_owned());
+    process.set_env(Some(env));
+    let hardened = harden(spec, &profile, &as_root()).unwrap();
+    let plan = hardened.egress.clone().expect("an egress plan");
+    assert_eq!(plan.allow, ["pypi.org", "*.example.org:443"]);
+    assert_eq!(
+        plan.resolve.get("mirror.test"),
+        Some(&vec!["10.0.0.7".parse().unwrap()])
+    );
+    assert_eq!(plan.allow_addresses, ["10.0.0.7:443".parse().unwrap()]);
+    let env = env_of(&hardened.spec);
+    let proxies: Vec<&String> = env
+        .iter()
+        .filter(|e| e.to_ascii_uppercase().starts_with("HTTPS_PROXY="))
+        .collect();
+    assert_eq!(
+        proxies,
+        [
+            "HTTPS_PROXY=http://127.0.0.1:3128",
+            "https_proxy=http://127.0.0.1:3128"
+        ]
+    );
+    let egress = layer(&hardened, "egress");
+    assert!(egress.in_force);
+    assert!(
+        egress.detail.contains("pypi.org, *.example.org:443"),
+        "{egress:?}"
+    );
+    assert!(hardened.changes.iter().any(|c| c.field == "process.env"));
+    // Idempotent: its own output changes nothing, the plan is the same.
+    let again = harden(hardened.spec.clone(), &profile, &as_root()).unwrap();
+    assert_eq!(again.spec, hardened.spec);
+    assert!(again.changes.is_empty(), "{:?}", again.changes);
+    assert_eq!(again.egress, hardened.egress);
+}
+
+#[test]
+fn without_an_allowlist_there_is_no_egress_and_no_proxy_variables() {
+    let hardened = harden(load("podman.json"), &profile(), &as_root()).unwrap();
+    assert_eq!(hardened.egress, None);
+    assert!(!env_of(&hardened.spec)
+        .iter()
+        .any(|e| e.to_ascii_uppercase().contains("_PROXY=http")));
+    let egress = layer(&hardened, "egress");
+    assert!(
+        egress.in_force && egress.detail.starts_with("none"),
+        "{egress:?}"
+    );
+}
+
+#[test]
+fn a_calls_egress_is_its_callers_in_place_of_the_profiles() {
+    use crate::{EgressOverride, EgressPlan, Overrides};
+    let profile = with_egress(&["pypi.org"]);
+    let call = |plan: EgressPlan| Overrides {
+        egress: Some(EgressOverride::Call(plan)),
+        ..Overrides::default()
+    };
+    let own = EgressPlan {
+        allow: vec!["api.test:8443".to_owned()],
+        ..EgressPlan::default()
+    };
+    let hardened = crate::harden_with(
+        load("podman.json"),
+        &profile,
+        &as_root(),
+        &call(own.clone()),
+    )
+    .unwrap();
+    assert_eq!(hardened.egress, Some(own));
+    assert!(layer(&hardened, "egress").detail.contains("api.test:8443"));
+    // A call without egress gets none, whatever the profile allows.
+    let none = crate::harden_with(
+        load("podman.json"),
+        &profile,
+        &as_root(),
+        &call(EgressPlan::default()),
+    )
+    .unwrap();
+    assert_eq!(none.egress, None);
+    assert!(!env_of(&none.spec)
+        .iter()
+        .any(|e| e.starts_with("HTTP_PROXY=")));
+    // An annotation cannot give one: it only narrows.
+    let mut spec = load("podman.json");
+    spec.set_annotations(Some(HashMap::from([(
+        crate::annotations::EGRESS_ALLOW.to_owned(),
+        "api.test:8443".to_owned(),
+    )])));
+    assert!(matches!(
+        harden(spec, &profile, &as_root()),
+        Err(PolicyError::Annotation { .. })
+    ));
+}
+
+#[test]
+fn a_pod_container_reaches_out_through_its_pods_proxy() {
+    let container = [
+        ("io.kubernetes.cri.container-type", "container"),
+        ("io.kubernetes.cri.sandbox-id", "pause"),
+    ];
+    let hardened = harden(
+        with_net_path("/proc/4242/ns/net", &container),
+        &with_egress(&["pypi.org"]),
+        &in_pod(),
+    )
+    .unwrap();
+    assert!(hardened.egress.is_some());
+    let egress = layer(&hardened, "egress");
+    assert!(
+        egress.in_force && egress.detail.contains("its pod sandbox's proxy"),
+        "{egress:?}"
+    );
+}
+
+#[test]
+fn a_malformed_profile_egress_names_the_profile() {
+    let mut p = with_egress(&["pypi.org"]);
+    p.egress.allow_addresses = vec!["not-an-address".to_owned()];
+    let r = harden(load("podman.json"), &p, &as_root());
+    assert!(
+        matches!(&r, Err(PolicyError::Profile { origin, reason })
+            if origin == "`default`" && reason.contains("allow_addresses")),
+        "{r:?}"
+    );
+}

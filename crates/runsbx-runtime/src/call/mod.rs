@@ -7,7 +7,7 @@
 //! - `request.rs`: what the caller asks (parsed and checked at the CLI);
 //! - `plan.rs`: the request resolved against the host, every input checked,
 //!   before anything is made;
-//! - `workspace.rs`: the /workspace tmpfs, inputs in, outputs out;
+//! - `sandbox/workspace.rs`: the /workspace tmpfs, inputs in, outputs out;
 //! - the sandbox itself is built by `ops::create` through the same policy
 //!   path as `runsbx create`;
 //! - `wait.rs`: the streams read into bounded captures (`capture.rs`) until
@@ -25,7 +25,6 @@ mod request;
 mod result;
 mod sweep;
 mod wait;
-mod workspace;
 
 use std::fs::{self, File};
 use std::io::Write;
@@ -33,31 +32,25 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use libcontainer::oci_spec::runtime::Spec;
 use nix::sys::signalfd::{SfdFlags, SignalFd};
-use nix::unistd::Pid;
 
+pub use crate::sandbox::workspace::{Input, OutputFile};
 pub use capture::Stream;
-pub use request::{CallRequest, Egress, StdinFrom};
+pub use request::{CallRequest, StdinFrom};
 pub use result::{CallError, CallResult, EgressReport, Limits, Status, Tails, SCHEMA};
 pub use sweep::sweep;
-pub use workspace::{Input, OutputFile};
 
 use crate::error::{Result, RuntimeError};
-use crate::ops::create::{self, Built};
+use crate::ops::create::{self, Built, Stdio, Supervision};
+use crate::sandbox::workspace::{self, Workspace};
 use crate::sandbox::{network, teardown};
 use crate::state::container;
 use crate::state::root::{IdLock, StateRoot};
 use crate::sys::signal::SignalGuard;
-use crate::sys::{cgroupless, netns, userns};
+use crate::sys::{cgroupless, userns};
 use plan::CallPlan;
-use workspace::Workspace;
 
 pub use crate::error::call_exit as exit;
-
-/// The port of the egress proxy inside the sandbox (its own netns: any
-/// fixed port is free there).
-pub const PROXY_PORT: u16 = crate::sandbox::egress::PROXY_PORT;
 
 /// Runs the call. Errors are part of the result, never lost.
 pub fn call(root: &StateRoot, req: &CallRequest) -> (CallResult, Tails) {
@@ -120,12 +113,15 @@ fn run(
     )
     .map_err(|e| RuntimeError::sys("signalfd", e))?;
     let init = container::init_pid(&sandbox.built.container)?;
-    let proxy = start_proxy(init, plan.proxy)?;
+    let proxy = start_proxy(sandbox.built.duties.proxy.take())?;
     result.attestation = Some(sandbox.start()?);
 
     let mut out = capture::Capture::new(req.max_output, live(req, false));
     let mut err = capture::Capture::new(req.max_output, live(req, true));
-    let end = wait::until_end(init, req.timeout, &sfd, streams, &mut out, &mut err)?;
+    // The policy's deadline: the call's --timeout, which the profile may
+    // refuse but not lengthen.
+    let deadline = sandbox.built.duties.deadline.unwrap_or(req.timeout);
+    let end = wait::until_end(init, deadline, &sfd, streams, &mut out, &mut err)?;
 
     if let (Some(proxy), Some(egress)) = (proxy, &req.egress) {
         result.egress = Some(EgressReport::of(&proxy, egress));
@@ -158,8 +154,7 @@ struct Sandbox<'a> {
 
 impl<'a> Sandbox<'a> {
     /// Hardens `spec` and builds the sandbox, its stdout and stderr on
-    /// pipes whose read ends are returned; the workspace is given to the
-    /// sandbox's root between hardening and building.
+    /// pipes whose read ends are returned; it serves its proxy itself.
     fn create(
         root: &'a StateRoot,
         id: &'a str,
@@ -175,19 +170,20 @@ impl<'a> Sandbox<'a> {
             spec: plan.spec,
             rootfs: plan.rootfs,
         };
-        let mut give_workspace = |spec: &Spec| {
-            let (uid, gid) = root_ids(spec);
-            ws.give_to(uid, gid)
+        let req = create::Request {
+            opts: &create::CreateOptions::default(),
+            detach: false,
+            policy: &plan.policy,
+            overrides: Some(&plan.overrides),
+            stdio: Stdio::Given {
+                stdin: plan.stdin,
+                stdout: out_w,
+                stderr: err_w,
+            },
+            workspace: Some(ws),
+            supervision: Supervision::Caller,
         };
-        let parts = create::CallParts {
-            stdin: plan.stdin,
-            stdout: out_w,
-            stderr: err_w,
-            workspace: Some(&ws.dir),
-            overrides: &plan.overrides,
-            prepare: &mut give_workspace,
-        };
-        let built = create::create_for_call(root, id, &source, &plan.policy, parts, lock)?;
+        let built = create::build_or_clean(root, id, &source, req, lock)?;
         let sandbox = Self {
             built,
             root,
@@ -254,17 +250,15 @@ impl Drop for CallDir {
     }
 }
 
-/// The egress proxy, serving a socket made inside the sandbox's network
+/// The egress proxy, serving the socket made inside the sandbox's network
 /// namespace (its only way out); its thread starts only now, after every
 /// fork.
 fn start_proxy(
-    init: Pid,
-    config: Option<runsbx_proxy::ProxyConfig>,
+    proxy: Option<(std::net::TcpListener, runsbx_proxy::ProxyConfig)>,
 ) -> Result<Option<runsbx_proxy::ProxyHandle>> {
-    let Some(config) = config else {
+    let Some((listener, config)) = proxy else {
         return Ok(None);
     };
-    let listener = netns::listen_in(init, true, PROXY_PORT)?;
     runsbx_proxy::spawn(listener, config)
         .map(Some)
         .map_err(|e| RuntimeError::invalid("start the egress proxy", e.to_string()))
@@ -317,18 +311,4 @@ fn pipe() -> Result<(OwnedFd, OwnedFd)> {
     // The read end stays with runsbx (close-on-exec); libcontainer dups the
     // write end onto the init's fd 1 or 2.
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| RuntimeError::sys("pipe2", e))
-}
-
-/// The host ids (in runsbx's user namespace) of the sandbox's root.
-fn root_ids(spec: &Spec) -> (u32, u32) {
-    let find = |maps: &Option<Vec<libcontainer::oci_spec::runtime::LinuxIdMapping>>| {
-        maps.iter()
-            .flatten()
-            .find(|m| m.container_id() == 0)
-            .map(|m| m.host_id())
-    };
-    let linux = spec.linux().as_ref();
-    let uid = linux.and_then(|l| find(l.uid_mappings())).unwrap_or(0);
-    let gid = linux.and_then(|l| find(l.gid_mappings())).unwrap_or(0);
-    (uid, gid)
 }

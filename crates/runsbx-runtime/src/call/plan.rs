@@ -9,8 +9,7 @@ use std::path::{Path, PathBuf};
 
 use libcontainer::oci_spec::runtime::{ProcessBuilder, RootBuilder, Spec};
 
-use super::request::{CallRequest, Egress, StdinFrom};
-use super::PROXY_PORT;
+use super::request::{CallRequest, StdinFrom};
 use crate::error::{Result, RuntimeError};
 use crate::policy::Policy;
 use crate::state::bundle;
@@ -18,14 +17,13 @@ use crate::state::root::StateRoot;
 use crate::sys::privilege;
 use runsbx_image::{Image, ImageStore};
 use runsbx_policy::profile::Size;
-use runsbx_policy::Overrides;
+use runsbx_policy::{EgressOverride, Overrides};
 
 /// Everything a call needs, checked; nothing exists on the host yet.
 pub(crate) struct CallPlan {
     /// Holds the image's in-use lock until the call ends.
     _image: Option<Image>,
     pub sandbox: SandboxPlan,
-    pub proxy: Option<runsbx_proxy::ProxyConfig>,
     /// The size of the /workspace tmpfs, from the profile.
     pub workspace_size: u64,
 }
@@ -94,11 +92,11 @@ impl CallPlan {
             })?;
         }
         let stdin = open_stdin(&req.stdin)?;
-        let proxy = req.egress.as_ref().map(proxy_config).transpose()?;
-        let mut env = environment(&image_env, &req.env);
-        if proxy.is_some() {
-            env.extend(runsbx_proxy::proxy_env(PROXY_PORT));
+        if let Some(egress) = &req.egress {
+            runsbx_proxy::Allowlist::parse(&egress.allow)
+                .map_err(|e| RuntimeError::invalid("--allow-host", e.to_string()))?;
         }
+        let env = environment(&image_env, &req.env);
         resolve_command(&rootfs, &req.command[0], &env)?;
         if privilege::rootless()
             && pathrs::Root::open(&rootfs)
@@ -131,7 +129,6 @@ impl CallPlan {
                 overrides,
                 policy,
             },
-            proxy,
             workspace_size,
         })
     }
@@ -174,21 +171,6 @@ fn environment(image: &[String], extra: &[(String, String)]) -> Vec<String> {
         set(k, v);
     }
     env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
-}
-
-fn proxy_config(egress: &Egress) -> Result<runsbx_proxy::ProxyConfig> {
-    let allow = runsbx_proxy::Allowlist::parse(&egress.allow)
-        .map_err(|e| RuntimeError::invalid("--allow-host", e.to_string()))?;
-    let mut config = runsbx_proxy::ProxyConfig::new(allow);
-    for (name, ip) in &egress.hosts {
-        config
-            .hosts
-            .entry(name.to_ascii_lowercase())
-            .or_default()
-            .push(*ip);
-    }
-    config.allow_addresses = egress.allow_addresses.clone();
-    Ok(config)
 }
 
 /// Checks that the command exists in the image and can be executed,
@@ -292,6 +274,7 @@ fn overrides(req: &CallRequest) -> Result<Overrides> {
         timeout: Some((req.timeout, format!("{}ms", req.timeout.as_millis()))),
         memory,
         pids,
+        egress: Some(EgressOverride::Call(req.egress.clone().unwrap_or_default())),
         ..Overrides::default()
     })
 }

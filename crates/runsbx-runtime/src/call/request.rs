@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::workspace::Input;
+use crate::sandbox::workspace::Input;
 
 /// Where the call's stdin comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -40,19 +40,7 @@ pub struct CallRequest {
     pub command: Vec<String>,
     /// Echo the command's output as it comes (human output).
     pub live: bool,
-    /// Egress through the proxy; `None`: no way out at all.
-    pub egress: Option<Egress>,
-}
-
-/// What the call may reach through its egress proxy.
-#[derive(Debug, Clone, Default)]
-pub struct Egress {
-    /// `--allow-host` entries: `name`, `name:port`, `*.suffix[:port]`.
-    pub allow: Vec<String>,
-    /// Names the proxy resolves to these addresses instead of asking DNS
-    /// (`--proxy-resolve`; for tests and private resolvers).
-    pub hosts: Vec<(String, std::net::IpAddr)>,
-    /// Destinations exempt from the address-class check, because whoever
-    /// runs runsbx marked them (`--proxy-allow-address`).
-    pub allow_addresses: Vec<std::net::SocketAddr>,
+    /// Egress through the proxy (`--allow-host` and its companions);
+    /// `None`: no way out at all, whatever the profile allows.
+    pub egress: Option<runsbx_policy::EgressPlan>,
 }

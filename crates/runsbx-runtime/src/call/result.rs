@@ -7,10 +7,10 @@ use serde::Serialize;
 
 use super::capture::{Capture, Stream};
 use super::exit;
-use super::request::{CallRequest, Egress};
+use super::request::CallRequest;
 use super::wait::End;
-use super::workspace::OutputFile;
 use crate::error::ErrorKind;
+use crate::sandbox::workspace::OutputFile;
 
 /// The version of the result's schema; see README.md "runsbx call".
 pub const SCHEMA: &str = "runsbx.call/v1";
@@ -27,10 +27,13 @@ pub struct EgressReport {
 }
 
 impl EgressReport {
-    pub(crate) fn of(proxy: &runsbx_proxy::ProxyHandle, egress: &Egress) -> Self {
+    pub(crate) fn of(
+        proxy: &runsbx_proxy::ProxyHandle,
+        egress: &runsbx_policy::EgressPlan,
+    ) -> Self {
         Self {
             allow: egress.allow.clone(),
-            proxy: format!("127.0.0.1:{}", super::PROXY_PORT),
+            proxy: format!("127.0.0.1:{}", runsbx_policy::PROXY_PORT),
             denied: proxy.events(),
             dropped_events: proxy.dropped_events(),
             stats: proxy.stats(),

@@ -2,30 +2,25 @@
 //! process waits for `start`. The order of the steps is [`build_from`].
 
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::Container;
 use libcontainer::oci_spec::runtime::{LinuxNamespaceType, Spec};
 use libcontainer::syscall::syscall::SyscallType;
+use runsbx_policy::Overrides;
 
 use crate::error::{Result, RuntimeError};
 use crate::policy::{self, Policy};
+use crate::sandbox::egress;
+use crate::sandbox::supervisor::{self, Duties};
 use crate::sandbox::teardown::{destroy, release_host_side};
-use crate::sandbox::{egress, supervisor};
+use crate::sandbox::workspace::Workspace;
 use crate::state::container::{init_pid, op_err, owner, runsbx_cgroup_path, stage_key};
 use crate::state::ids;
 use crate::state::root::{IdLock, StateRoot};
 use crate::state::{bundle, cgroup_claim};
 use crate::sys::{cgroupless, netns, privilege, stage, userns};
-
-/// What a create built: the container, the spec it runs (hardened, staged)
-/// and the policy's attestation, so that nobody reads them back from disk.
-pub(crate) struct Built {
-    pub container: Container,
-    pub spec: Spec,
-    pub attestation: Vec<runsbx_policy::Layer>,
-}
 
 /// What `create` and `run` are given besides the id.
 #[derive(Debug, Clone, Default)]
@@ -39,6 +34,58 @@ pub struct CreateOptions {
     pub config: Option<PathBuf>,
 }
 
+/// What one create is given besides the bundle: `create`'s and `run`'s
+/// options, or a call's. The steps of [`build_from`] are the same for all.
+pub(crate) struct Request<'a> {
+    pub opts: &'a CreateOptions,
+    /// Return once the container waits for `start` (runc's `--detach`).
+    pub detach: bool,
+    pub policy: &'a Policy,
+    /// The caller's options, typed; `None`: the spec's `runsbx.*`
+    /// annotations (engines).
+    pub overrides: Option<&'a Overrides>,
+    pub stdio: Stdio,
+    /// A workspace of the sandbox's own, bound at /workspace in place of
+    /// the profile's tmpfs and given to the sandbox's root.
+    pub workspace: Option<&'a Workspace>,
+    pub supervision: Supervision,
+}
+
+/// Where the container's stdio goes.
+pub(crate) enum Stdio {
+    /// runsbx's own, or the console socket's (as runc).
+    Inherited,
+    /// These fds (a call's stdin, and the pipes it reads).
+    Given {
+        stdin: OwnedFd,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+    },
+}
+
+/// Who serves the sandbox's egress proxy and enforces its deadline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Supervision {
+    /// A supervisor process forked for the sandbox (`create`, `run`).
+    Forked,
+    /// The runsbx process that made it, which gets them in
+    /// [`Built::duties`] (`runsbx call`).
+    Caller,
+}
+
+/// What a create built: the container, the spec it runs (hardened, staged)
+/// and the policy's attestation, so that nobody reads them back from disk.
+pub(crate) struct Built {
+    pub container: Container,
+    pub spec: Spec,
+    pub attestation: Vec<runsbx_policy::Layer>,
+    /// The proxy and deadline, for a caller that serves them itself
+    /// ([`Supervision::Caller`]); empty when a supervisor has them.
+    pub duties: Duties,
+    /// `linux.resources` was dropped: runsbx cannot make cgroups here.
+    pub resources_dropped: bool,
+}
+
 /// Creates container `id`: its namespaces and root exist, its process waits
 /// for `start`.
 pub fn create(root: &StateRoot, id: &str, opts: &CreateOptions) -> Result<()> {
@@ -48,6 +95,7 @@ pub fn create(root: &StateRoot, id: &str, opts: &CreateOptions) -> Result<()> {
     Ok(())
 }
 
+/// Creates container `id` from the bundle `opts` names (`create`, `run`).
 pub(crate) fn build(
     root: &StateRoot,
     id: &str,
@@ -61,48 +109,37 @@ pub(crate) fn build(
     let source = bundle::load(&opts.bundle)?;
     bundle::check_rootfs("root.path", &source.rootfs, root.path())?;
     let policy = Policy::load(opts.config.as_deref())?;
-    build_or_clean(root, id, &source, opts, detach, &policy, None, lock)
+    let req = Request {
+        opts,
+        detach,
+        policy: &policy,
+        overrides: None,
+        stdio: Stdio::Inherited,
+        workspace: None,
+        supervision: Supervision::Forked,
+    };
+    let built = build_or_clean(root, id, &source, req, lock)?;
+    if built.resources_dropped {
+        tracing::warn!(
+            id,
+            "runsbx cannot manage cgroups here (rootless on a cgroup v1 host, or no cgroup \
+             hierarchy): linux.resources is not applied; the container runs under rlimits only"
+        );
+    }
+    Ok(built)
 }
 
-/// What `runsbx call` adds to a create: the container's stdio, the
-/// workspace it made, and a step between hardening and building (to give
-/// the workspace to the sandbox's root).
-pub(crate) struct CallParts<'a> {
-    pub stdin: OwnedFd,
-    pub stdout: OwnedFd,
-    pub stderr: OwnedFd,
-    pub workspace: Option<&'a Path>,
-    /// The call's options the policy tightens the profile by.
-    pub overrides: &'a runsbx_policy::Overrides,
-    pub prepare: &'a mut dyn FnMut(&Spec) -> Result<()>,
-}
-
-/// Creates the container of a `runsbx call` from a spec made in memory
-/// (`source.dir` is the call's own directory).
-pub(crate) fn create_for_call(
+/// Creates container `id` from `source`, leaving nothing of it behind if
+/// that fails. A call's `source` is made in memory (`source.dir` is the
+/// call's own directory).
+pub(crate) fn build_or_clean(
     root: &StateRoot,
     id: &str,
     source: &bundle::Bundle,
-    policy: &Policy,
-    parts: CallParts<'_>,
-    lock: &IdLock,
-) -> Result<Built> {
-    let opts = CreateOptions::default();
-    build_or_clean(root, id, source, &opts, false, policy, Some(parts), lock)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn build_or_clean(
-    root: &StateRoot,
-    id: &str,
-    source: &bundle::Bundle,
-    opts: &CreateOptions,
-    detach: bool,
-    policy: &Policy,
-    call: Option<CallParts<'_>>,
+    req: Request<'_>,
     _lock: &IdLock,
 ) -> Result<Built> {
-    let result = build_from(root, id, source, opts, detach, policy, call);
+    let result = build_from(root, id, source, req);
     if result.is_err() {
         // libcontainer cleans up after most failures; make sure no state,
         // staged mount, id range or process outlives a failed create.
@@ -126,29 +163,23 @@ fn build_from(
     root: &StateRoot,
     id: &str,
     source: &bundle::Bundle,
-    opts: &CreateOptions,
-    detach: bool,
-    policy: &Policy,
-    mut call: Option<CallParts<'_>>,
+    req: Request<'_>,
 ) -> Result<Built> {
     // A pod's container joins its sandbox's namespaces, verified here and
     // held open until it is built.
     let pod = crate::sandbox::pod::verify(root, &source.spec)?;
-    let range = host_ids(root, id, policy, pod.as_ref())?;
-    let (hardened, egress) = harden(id, source, policy, range, pod.as_ref(), call.as_ref())?;
+    let range = host_ids(root, id, req.policy, pod.as_ref())?;
+    let hardened = harden(id, source, &req, range, pod.as_ref())?;
     let report = serde_json::json!({
         "changes": hardened.changes,
         "attestation": hardened.attestation,
     });
-    // A call supervises its own sandbox (proxy, deadline).
-    let deadline = hardened.deadline.filter(|_| call.is_none());
-    let attestation = hardened.attestation;
     let mut spec = hardened.spec;
     privilege::check_rlimits(&spec)?;
     if let Some(range) = range {
         stage::prepare(&stage_key(root, id), range, &mut spec)?;
     }
-    let shadow = claim_cgroup(root, id, &mut spec, call.is_none())?;
+    let (shadow, resources_dropped) = claim_cgroup(root, id, &mut spec)?;
     // Rootless, in the private mount namespace the shadow made: the image
     // as a filesystem of its own, as stage::prepare makes it as root.
     let view = match shadow {
@@ -158,10 +189,10 @@ fn build_from(
         _ => None,
     };
     let effective = bundle::Effective::write(root, id, &source.dir, &spec, &report)?;
-    if let Some(call) = call.as_mut() {
-        (call.prepare)(&spec)?;
+    if let Some(workspace) = req.workspace {
+        workspace.give_to_root_of(&spec)?;
     }
-    let mut container = libcontainer_build(root, id, opts, detach, &effective, call)?;
+    let mut container = libcontainer_build(root, id, req.opts, req.detach, &effective, req.stdio)?;
     if let Some(shadow) = shadow {
         shadow.leave()?;
     }
@@ -169,18 +200,29 @@ fn build_from(
     drop(view);
     effective.without_init_groups(&spec)?;
     let init = init_pid(&container)?;
-    let proxy = network_up(init, &spec, egress)?;
+    let duties = Duties {
+        proxy: network_up(init, &spec, hardened.egress.as_ref())?,
+        deadline: hardened.deadline,
+    };
     // Inside runsbx's own user namespace the creator looks like root.
     container.set_creator(userns::caller_uid());
     container
         .save()
         .map_err(|e| op_err("save state of", id, e))?;
     // Last, so that at its deadline the supervisor finds the saved state.
-    supervisor::spawn(root, id, init, supervisor::Duties { proxy, deadline })?;
+    let duties = match req.supervision {
+        Supervision::Forked => {
+            supervisor::spawn(root, id, init, duties)?;
+            Duties::default()
+        }
+        Supervision::Caller => duties,
+    };
     Ok(Built {
         container,
         spec,
-        attestation,
+        attestation: hardened.attestation,
+        duties,
+        resources_dropped,
     })
 }
 
@@ -212,28 +254,18 @@ fn host_ids(
     Ok(Some(range))
 }
 
-/// The policy applied to the bundle (pure: hardened and verified), with
-/// the egress the profile gives a container (a call brings its own proxy).
+/// The policy applied to the bundle (pure: hardened and verified).
 fn harden(
     id: &str,
     source: &bundle::Bundle,
-    policy: &Policy,
+    req: &Request<'_>,
     range: Option<runsbx_policy::IdRange>,
     pod: Option<&crate::sandbox::pod::Verified>,
-    call: Option<&CallParts<'_>>,
-) -> Result<(runsbx_policy::Hardened, Option<runsbx_proxy::ProxyConfig>)> {
-    let mut input = bundle::absolutize(source);
-    let egress = match call {
-        Some(_) => None,
-        None => egress::config_for(&input, &policy.profile_for(&input)?)?,
-    };
-    if egress.is_some() {
-        egress::add_proxy_env(&mut input);
-    }
-    let workspace = call.and_then(|c| c.workspace);
+) -> Result<runsbx_policy::Hardened> {
+    let input = bundle::absolutize(source);
+    let workspace = req.workspace.map(|w| w.dir.as_path());
     let pod_join = pod.map(|p| p.join.clone());
-    let overrides = call.map(|c| c.overrides);
-    let hardened = policy::apply(policy, input, range, workspace, pod_join, overrides)?;
+    let hardened = policy::apply(req.policy, input, range, workspace, pod_join, req.overrides)?;
     bundle::check_cwd(source, &hardened.spec)?;
     // Said once, when the sandbox is made (not at each start or exec).
     for change in &hardened.changes {
@@ -241,28 +273,27 @@ fn harden(
             tracing::warn!(id, "{}", change.reason);
         }
     }
-    Ok((hardened, egress))
+    Ok(hardened)
 }
 
 /// As root, claims the sandbox's cgroup (recorded first); where runsbx
-/// cannot make cgroups, drops what needs one (`warn`: say so in the log; a
-/// call says it in its result) and enters the cgroup shadow.
+/// cannot make cgroups, drops what needs one (and says whether it dropped
+/// limits) and enters the cgroup shadow.
 fn claim_cgroup(
     root: &StateRoot,
     id: &str,
     spec: &mut Spec,
-    warn: bool,
-) -> Result<Option<cgroupless::Shadow>> {
+) -> Result<(Option<cgroupless::Shadow>, bool)> {
     if !privilege::can_manage_cgroups() {
-        let fake = without_cgroups(spec, id, warn);
-        return cgroupless::enter_for_create(&fake).map(Some);
+        let (fake, dropped) = without_cgroups(spec, id);
+        return Ok((Some(cgroupless::enter_for_create(&fake)?), dropped));
     }
     default_cgroup_path(spec, root, id);
     if let Some(cgroup) = spec.linux().as_ref().and_then(|l| l.cgroups_path().clone()) {
         bundle::Effective::record_cgroup(root, id, &cgroup)?;
         cgroup_claim::claim(&cgroup, &owner(root, id))?;
     }
-    Ok(None)
+    Ok((None, false))
 }
 
 /// libcontainer builds the container from the effective bundle: its
@@ -273,7 +304,7 @@ fn libcontainer_build(
     opts: &CreateOptions,
     detach: bool,
     effective: &bundle::Effective,
-    call: Option<CallParts<'_>>,
+    stdio: Stdio,
 ) -> Result<Container> {
     let mut builder = ContainerBuilder::new(id.to_owned(), SyscallType::default())
         .with_root_path(root.path())
@@ -282,12 +313,13 @@ fn libcontainer_build(
             b.with_console_socket(opts.console_socket.as_ref())
                 .with_preserved_fds(opts.preserve_fds)
         });
-    if let Some(call) = call {
-        builder = builder.map(|b| {
-            b.with_stdin(call.stdin)
-                .with_stdout(call.stdout)
-                .with_stderr(call.stderr)
-        });
+    if let Stdio::Given {
+        stdin,
+        stdout,
+        stderr,
+    } = stdio
+    {
+        builder = builder.map(|b| b.with_stdin(stdin).with_stdout(stdout).with_stderr(stderr));
     }
     builder
         .map(|b| {
@@ -307,19 +339,19 @@ fn libcontainer_build(
 fn network_up(
     init: nix::unistd::Pid,
     spec: &Spec,
-    egress: Option<runsbx_proxy::ProxyConfig>,
+    egress: Option<&runsbx_policy::EgressPlan>,
 ) -> Result<Option<(std::net::TcpListener, runsbx_proxy::ProxyConfig)>> {
     if !creates_netns(spec) {
         return Ok(None);
     }
     let own_userns = has_userns(spec);
     netns::loopback_up(init, own_userns)?;
-    let Some(config) = egress else {
+    let Some(plan) = egress else {
         return Ok(None);
     };
     Ok(Some((
         netns::listen_in(init, own_userns, egress::PROXY_PORT)?,
-        config,
+        egress::proxy_config(plan)?,
     )))
 }
 
@@ -335,11 +367,12 @@ fn default_cgroup_path(spec: &mut Spec, root: &StateRoot, id: &str) {
     linux.set_cgroups_path(Some(runsbx_cgroup_path(root, id)));
 }
 
-/// What cannot be had without a cgroup is dropped, and said so. Returns
-/// the cgroup path libcontainer is given instead: one that exists nowhere
-/// on the host (unique per container), so that its `delete` never touches
-/// a real cgroup, such as a root container's with the same id.
-fn without_cgroups(spec: &mut Spec, id: &str, warn: bool) -> PathBuf {
+/// What cannot be had without a cgroup is dropped; says whether limits
+/// were. Returns the cgroup path libcontainer is given instead: one that
+/// exists nowhere on the host (unique per container), so that its
+/// `delete` never touches a real cgroup, such as a root container's with
+/// the same id.
+fn without_cgroups(spec: &mut Spec, id: &str) -> (PathBuf, bool) {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u32(std::process::id());
@@ -348,15 +381,10 @@ fn without_cgroups(spec: &mut Spec, id: &str, warn: bool) -> PathBuf {
         userns::caller_uid(),
         h.finish()
     ));
+    let mut dropped = false;
     if let Some(linux) = spec.linux_mut() {
         linux.set_cgroups_path(Some(fake.clone()));
-        if warn && linux.resources().is_some() {
-            tracing::warn!(
-                id,
-                "runsbx cannot manage cgroups here (rootless on a cgroup v1 host, or no cgroup \
-                 hierarchy): linux.resources is not applied; the container runs under rlimits only"
-            );
-        }
+        dropped = linux.resources().is_some();
         linux.set_resources(None);
     }
     if let Some(mounts) = spec.mounts_mut() {
@@ -364,7 +392,7 @@ fn without_cgroups(spec: &mut Spec, id: &str, warn: bool) -> PathBuf {
         // be made from a user namespace on cgroup v1.
         mounts.retain(|m| m.typ().as_deref() != Some("cgroup"));
     }
-    fake
+    (fake, dropped)
 }
 
 /// Whether the spec asks for a new network namespace (not one to join).

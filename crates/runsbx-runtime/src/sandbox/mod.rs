@@ -1,7 +1,8 @@
 //! What runsbx runs or checks beside a live sandbox: its supervisor
 //! (egress proxy, deadline), the egress configuration, the network re-check
 //! before a process enters, the guard every exec'd process passes, a pod's
-//! namespace joins, and its teardown.
+//! namespace joins, its teardown, and the /workspace a call or session
+//! works in.
 
 pub mod egress;
 pub(crate) mod exec_guard;
@@ -9,3 +10,4 @@ pub(crate) mod network;
 pub(crate) mod pod;
 pub mod supervisor;
 pub(crate) mod teardown;
+pub mod workspace;

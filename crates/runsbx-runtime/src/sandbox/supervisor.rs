@@ -33,6 +33,7 @@ const ENDED_FILE: &str = "runsbx-ended";
 pub const TIMED_OUT: &str = "timed_out";
 
 /// What one container's supervisor does.
+#[derive(Default)]
 pub(crate) struct Duties {
     /// The egress proxy: its socket, made in the sandbox's network
     /// namespace, and its configuration.

@@ -1,4 +1,4 @@
-//! The call's `/workspace`: a fresh tmpfs that runsbx mounts in its own
+//! A sandbox's own `/workspace` (a call's): a fresh tmpfs that runsbx mounts in its own
 //! private mount namespace, fills with the inputs, binds into the sandbox,
 //! and reads the outputs from once the sandbox is gone.
 //!
@@ -15,6 +15,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 
+use libcontainer::oci_spec::runtime::Spec;
 use nix::mount::{mount, umount2, MntFlags, MsFlags};
 use serde::Serialize;
 
@@ -127,7 +128,10 @@ impl Workspace {
 
     /// Gives every file in the workspace to the sandbox's root (`uid`,
     /// `gid` on this side of its user namespace).
-    pub fn give_to(&self, uid: u32, gid: u32) -> Result<()> {
+    /// Gives the workspace and what was copied in to the root of the
+    /// sandbox whose (staged) spec is `spec`.
+    pub fn give_to_root_of(&self, spec: &Spec) -> Result<()> {
+        let (uid, gid) = root_ids(spec);
         chown_tree(&self.dir, uid, gid)
             .map_err(|e| RuntimeError::io(format!("chown the workspace {:?}", self.dir), e))
     }
@@ -147,6 +151,20 @@ impl Drop for Workspace {
             let _ = fs::remove_dir(&self.dir);
         }
     }
+}
+
+/// The host ids (in runsbx's user namespace) of the sandbox's root.
+fn root_ids(spec: &Spec) -> (u32, u32) {
+    let find = |maps: &Option<Vec<libcontainer::oci_spec::runtime::LinuxIdMapping>>| {
+        maps.iter()
+            .flatten()
+            .find(|m| m.container_id() == 0)
+            .map(|m| m.host_id())
+    };
+    let linux = spec.linux().as_ref();
+    let uid = linux.and_then(|l| find(l.uid_mappings())).unwrap_or(0);
+    let gid = linux.and_then(|l| find(l.gid_mappings())).unwrap_or(0);
+    (uid, gid)
 }
 
 fn copy_tree(src: &Path, dst: &Path, meta: &fs::Metadata) -> io::Result<()> {
