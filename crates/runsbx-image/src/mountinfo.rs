@@ -45,6 +45,45 @@ pub fn mount_points_of(types: &[&str]) -> Result<Vec<PathBuf>> {
         .collect())
 }
 
+/// The fields of one mountinfo line that runsbx reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountEntry {
+    /// The path, within its filesystem, of the mount's root.
+    pub root: PathBuf,
+    pub mount_point: PathBuf,
+    pub fstype: String,
+    pub source: String,
+    /// The filesystem's own options (overlayfs's layers among them), as
+    /// the kernel shows them.
+    pub super_options: String,
+}
+
+/// The mount on top at `path` (the last one mounted there), if any.
+pub fn mount_at(path: &Path) -> Result<Option<MountEntry>> {
+    let info = fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| ImageError::io("read /proc/self/mountinfo", e))?;
+    Ok(info
+        .lines()
+        .rev()
+        .filter_map(parse_line)
+        .find(|m| m.mount_point == path))
+}
+
+fn parse_line(line: &str) -> Option<MountEntry> {
+    let (left, right) = line.split_once(" - ")?;
+    let mut left = left.split_whitespace();
+    let root = left.nth(3)?;
+    let mount_point = left.next()?;
+    let mut right = right.split_whitespace();
+    Some(MountEntry {
+        root: unescape_mountinfo(root),
+        mount_point: unescape_mountinfo(mount_point),
+        fstype: right.next()?.to_owned(),
+        source: right.next()?.to_owned(),
+        super_options: right.next().unwrap_or_default().to_owned(),
+    })
+}
+
 /// mountinfo escapes space, tab, newline and backslash as `\ooo`.
 fn unescape_mountinfo(field: &str) -> PathBuf {
     use std::os::unix::ffi::OsStringExt;
@@ -73,7 +112,26 @@ fn unescape_mountinfo(field: &str) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn a_line_gives_its_fields() {
+        let line = "48 44 0:41 / /var/lib/containers/storage/overlay/52e1/merged rw,relatime - overlay overlay rw,lowerdir=/s/l/6M2D,upperdir=/s/52e1/diff,workdir=/s/52e1/work";
+        let m = parse_line(line).unwrap();
+        assert_eq!(m.root, PathBuf::from("/"));
+        assert_eq!(
+            m.mount_point,
+            PathBuf::from("/var/lib/containers/storage/overlay/52e1/merged")
+        );
+        assert_eq!(m.fstype, "overlay");
+        assert_eq!(m.source, "overlay");
+        assert_eq!(
+            m.super_options,
+            "rw,lowerdir=/s/l/6M2D,upperdir=/s/52e1/diff,workdir=/s/52e1/work"
+        );
+        assert_eq!(parse_line("garbage"), None);
+    }
 
     #[test]
     fn mountinfo_escapes() {

@@ -48,6 +48,12 @@ pub struct HostFacts {
     /// profile's tmpfs, so that inputs can be put in and outputs taken out
     /// from the host side. Never set from a spec or an annotation.
     pub call_workspace: Option<std::path::PathBuf>,
+    /// The rootfs is an engine's per-container layer: an overlay mount whose
+    /// upper directory the engine made for this container alone, inside
+    /// its own storage (podman's, docker's, containerd's overlay drivers),
+    /// so that writes land there and in no other host file. Probed by the
+    /// runtime from mountinfo; never set from a spec or an annotation.
+    pub rootfs_container_layer: bool,
     /// For a container of a Kubernetes pod: the namespaces of the pod's
     /// sandbox container the runtime verified it may join. Never set from
     /// a spec or an annotation.
@@ -124,6 +130,10 @@ pub struct Hardened {
     pub deadline: Option<std::time::Duration>,
     /// What the sandbox's egress proxy lets through; `None`: no egress.
     pub egress: Option<EgressPlan>,
+    /// As root, an engine's rootfs may be bound without id shifting where
+    /// the kernel cannot show it with its owners (the profile's
+    /// `unshifted_rootfs`).
+    pub unshifted_rootfs: bool,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

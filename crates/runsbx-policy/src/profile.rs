@@ -22,6 +22,17 @@ pub struct Profile {
     pub hooks: bool,
     /// Whether a namespace may be joined by path.
     pub namespace_join: bool,
+    /// As root, whether an engine's rootfs that cannot be shown with its
+    /// files' real owners (a kernel without idmapped overlay layers by fd,
+    /// before Linux 6.13) may be bound without id shifting instead of
+    /// refused. The sandbox's ids stay unprivileged either way; its files
+    /// then show as owned by nobody, and files only their owner may read
+    /// stay unreadable.
+    pub unshifted_rootfs: bool,
+    /// Whether every rootfs is read-only, even an engine's container layer
+    /// whose spec asks for a writable one (the stricter choice: `apt-get
+    /// install`, image builds and writes outside /tmp then fail).
+    pub readonly_rootfs: bool,
     /// Destinations at which a host bind mount is allowed (read-only).
     pub bind_mounts: Vec<PathBuf>,
     pub proc: ProcMode,
@@ -51,6 +62,8 @@ impl Default for Profile {
             capabilities: Vec::new(),
             hooks: false,
             namespace_join: false,
+            unshifted_rootfs: false,
+            readonly_rootfs: false,
             bind_mounts: Vec::new(),
             proc: ProcMode::Minimal,
             tmpfs: BTreeMap::new(),
@@ -285,6 +298,8 @@ impl Profile {
             && proc
             && (!self.hooks || other.hooks)
             && (!self.namespace_join || other.namespace_join)
+            && (!self.unshifted_rootfs || other.unshifted_rootfs)
+            && (self.readonly_rootfs || !other.readonly_rootfs)
             && self.limits.min(other.limits) == self.limits
     }
 }

@@ -87,7 +87,8 @@ pub fn verify(spec: &Spec, profile: &Profile, host: &HostFacts) -> Result<(), Po
     if linux.seccomp().as_ref() != Some(&crate::seccomp::allowlist()?) {
         return fail("the seccomp allowlist is not in place".into());
     }
-    if spec.root().as_ref().and_then(|r| r.readonly()) != Some(true) {
+    let writable_ok = !profile.readonly_rootfs && host.rootfs_container_layer;
+    if spec.root().as_ref().and_then(|r| r.readonly()) != Some(true) && !writable_ok {
         return fail("the image is not read-only".into());
     }
     for m in spec.mounts().iter().flatten() {

@@ -119,6 +119,7 @@ pub fn host_facts(id_range: Option<IdRange>) -> HostFacts {
         cgroups: privilege::can_manage_cgroups(),
         proc_subset: kernel_at_least(5, 8),
         call_workspace: None,
+        rootfs_container_layer: false,
         pod: None,
     }
 }
@@ -158,6 +159,7 @@ pub fn apply(
 ) -> Result<Hardened> {
     let host = HostFacts {
         call_workspace: call_workspace.map(Path::to_path_buf),
+        rootfs_container_layer: crate::sys::layers::is_container_layer(&spec),
         pod,
         ..host_facts(id_range)
     };

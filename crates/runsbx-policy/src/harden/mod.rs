@@ -67,6 +67,7 @@ fn apply_all(
         attestation: cx.attestation,
         deadline,
         egress,
+        unshifted_rootfs: profile.unshifted_rootfs,
     })
 }
 

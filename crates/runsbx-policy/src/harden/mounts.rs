@@ -31,12 +31,16 @@ const BIND_FORCED: &[&str] = &["ro", "nosuid", "nodev", "noexec"];
 const BIND_DROPPED: &[&str] = &["rw", "suid", "dev", "exec", "rbind", "shared", "rshared"];
 
 pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
+    let writable = writable_rootfs(cx);
     if let Some(root) = cx.spec.root_mut() {
-        if root.readonly() != Some(true) {
+        if root.readonly() != Some(true) && writable.is_err() {
             root.set_readonly(Some(true));
             cx.changes.push(crate::Change {
                 field: "root.readonly".to_owned(),
-                reason: "the image is read-only; write to /tmp or /workspace".to_owned(),
+                reason: format!(
+                    "the image is read-only ({}); write to /tmp or /workspace",
+                    writable.as_ref().err().copied().unwrap_or_default()
+                ),
             });
         }
     }
@@ -57,7 +61,20 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
         describe_changes(cx, &old, &kept);
         cx.spec.set_mounts(Some(kept));
     }
-    cx.attest("rootfs_readonly", true, "the image is mounted read-only");
+    let read_only = cx
+        .spec
+        .root()
+        .as_ref()
+        .is_none_or(|r| r.readonly() == Some(true));
+    if read_only {
+        cx.attest("rootfs_readonly", true, "the image is mounted read-only");
+    } else {
+        cx.attest(
+            "rootfs_readonly",
+            false,
+            writable.unwrap_or("the rootfs is writable"),
+        );
+    }
     let binds: Vec<String> = cx
         .spec
         .mounts()
@@ -82,6 +99,23 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
 }
 
 /// The mount as it may stay, or None when it goes (or is replaced).
+/// Whether the rootfs may stay writable when the spec asks: `Ok(why)`, or
+/// `Err(why not)`. Writes must land in the container's own files and
+/// create nothing a host user could use: only an engine's container layer,
+/// inside the engine's private storage (as root, a setuid-root file the
+/// sandbox's root made in a plain directory would be one on the host).
+fn writable_rootfs(cx: &Cx) -> Result<&'static str, &'static str> {
+    if cx.profile.readonly_rootfs {
+        return Err("the profile's readonly_rootfs");
+    }
+    if cx.host.rootfs_container_layer {
+        return Ok(
+            "writable as the spec asks: writes land in the engine's own layer for this container",
+        );
+    }
+    Err("only an engine's container layer is writable")
+}
+
 fn keep(cx: &mut Cx, m: &Mount) -> Result<Option<Mount>, PolicyError> {
     let dest = m.destination();
     let typ = m

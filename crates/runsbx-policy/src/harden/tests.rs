@@ -25,6 +25,7 @@ pub(crate) fn as_root() -> HostFacts {
         cgroups: true,
         proc_subset: true,
         call_workspace: None,
+        rootfs_container_layer: false,
         pod: None,
     }
 }
@@ -963,4 +964,47 @@ fn a_malformed_profile_egress_names_the_profile() {
             if origin == "`default`" && reason.contains("allow_addresses")),
         "{r:?}"
     );
+}
+
+#[test]
+fn only_an_engines_container_layer_stays_writable() {
+    let mut spec = load("podman.json");
+    spec.root_mut().as_mut().unwrap().set_readonly(Some(false));
+    let own_layer = HostFacts {
+        rootfs_container_layer: true,
+        ..as_root()
+    };
+    let readonly = |h: &crate::Hardened| h.spec.root().as_ref().unwrap().readonly();
+    // An engine's own layer, as the spec asks: writable, and said so.
+    let hardened = harden(spec.clone(), &profile(), &own_layer).unwrap();
+    assert_eq!(readonly(&hardened), Some(false));
+    assert!(!layer(&hardened, "rootfs_readonly").in_force);
+    verify(&hardened.spec, &profile(), &own_layer).unwrap();
+    // Any other rootfs, root or rootless: read-only, and the change says why.
+    for host in [as_root(), rootless()] {
+        let hardened = harden(spec.clone(), &profile(), &host).unwrap();
+        assert_eq!(readonly(&hardened), Some(true));
+        assert!(hardened
+            .changes
+            .iter()
+            .any(|c| c.field == "root.readonly" && c.reason.contains("container layer")));
+        // verify refuses the writable spec for that host.
+        assert!(verify(&spec_after(&own_layer, &spec), &profile(), &host).is_err());
+    }
+    // The profile's readonly_rootfs forces it, even for a container layer.
+    let strict = Profile {
+        readonly_rootfs: true,
+        ..profile()
+    };
+    let hardened = harden(spec.clone(), &strict, &own_layer).unwrap();
+    assert_eq!(readonly(&hardened), Some(true));
+    assert!(layer(&hardened, "rootfs_readonly").in_force);
+    assert!(verify(&spec_after(&own_layer, &spec), &strict, &own_layer).is_err());
+    assert!(strict.at_least_as_strict_as(&profile()));
+    assert!(!profile().at_least_as_strict_as(&strict));
+}
+
+/// `spec` hardened for `host` with the default profile.
+fn spec_after(host: &HostFacts, spec: &Spec) -> Spec {
+    harden(spec.clone(), &profile(), host).unwrap().spec
 }

@@ -177,7 +177,12 @@ fn build_from(
     let mut spec = hardened.spec;
     privilege::check_rlimits(&spec)?;
     if let Some(range) = range {
-        stage::prepare(&stage_key(root, id), range, &mut spec)?;
+        stage::prepare(
+            &stage_key(root, id),
+            range,
+            &mut spec,
+            hardened.unshifted_rootfs,
+        )?;
     }
     let (shadow, resources_dropped) = claim_cgroup(root, id, &mut spec)?;
     // Rootless, in the private mount namespace the shadow made: the image

@@ -1,10 +1,11 @@
 //! Kernel mechanisms, one module each: runsbx's own user namespace, the
-//! cgroup shadow, network namespaces and rtnetlink, the fd mount API and
-//! the staged rootfs, processes, signals, and what this process
+//! cgroup shadow, network namespaces and rtnetlink, the fd mount API, the
+//! staged rootfs and an engine's overlay rebuilt over idmapped layers, processes, signals, and what this process
 //! may do on this host.
 
 pub mod cgroupless;
 pub mod fork;
+pub mod layers;
 pub mod netns;
 pub mod newmount;
 pub mod privilege;

@@ -15,6 +15,8 @@ use std::path::Path;
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOUNT_ATTR_RDONLY: libc::c_uint = 0x1;
+const MOUNT_ATTR_NOSUID: libc::c_uint = 0x2;
+const MOUNT_ATTR_NODEV: libc::c_uint = 0x4;
 const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const FSOPEN_CLOEXEC: libc::c_uint = 0x1;
@@ -56,6 +58,17 @@ fn unit_from(ret: libc::c_long) -> nix::Result<()> {
 /// OPEN_TREE_CLONE | AT_RECURSIVE): `source` as a bind mount that is not
 /// attached anywhere yet.
 pub fn clone_tree(source: &Path) -> nix::Result<OwnedFd> {
+    open_tree_clone(source, AT_RECURSIVE)
+}
+
+/// A detached bind mount of the directory `source` alone, without the
+/// mounts below it (an overlay layer holds none that belong to it; the
+/// engine's own overlay may be mounted beside it).
+pub fn clone_dir(source: &Path) -> nix::Result<OwnedFd> {
+    open_tree_clone(source, 0)
+}
+
+fn open_tree_clone(source: &Path, flags: libc::c_uint) -> nix::Result<OwnedFd> {
     let src = c_path(source)?;
     // SAFETY: a C string we own; returns an fd or -1.
     fd_from(unsafe {
@@ -63,7 +76,7 @@ pub fn clone_tree(source: &Path) -> nix::Result<OwnedFd> {
             libc::SYS_open_tree,
             libc::AT_FDCWD,
             src.as_ptr(),
-            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_RECURSIVE,
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | flags,
         )
     })
 }
@@ -151,6 +164,10 @@ impl Context {
     }
 
     fn mount(self) -> nix::Result<OwnedFd> {
+        self.mount_with(MOUNT_ATTR_RDONLY)
+    }
+
+    fn mount_with(self, attrs: libc::c_uint) -> nix::Result<OwnedFd> {
         // SAFETY: no pointers; returns 0 or -1.
         unit_from(unsafe {
             libc::syscall(
@@ -168,7 +185,7 @@ impl Context {
                 libc::SYS_fsmount,
                 self.0.as_raw_fd(),
                 FSMOUNT_CLOEXEC,
-                MOUNT_ATTR_RDONLY,
+                attrs,
             )
         })
     }
@@ -185,12 +202,53 @@ const SOURCE: &str = "runsbx";
 /// layer `/`. overlayfs needs two layers when there is no upper one; the
 /// second is an empty read-only tmpfs, below the image.
 pub fn read_only_view(tree: BorrowedFd<'_>) -> nix::Result<OwnedFd> {
-    let empty = Context::open("tmpfs")?;
-    empty.set("source", SOURCE)?;
-    let empty = empty.mount()?;
+    overlay(&[tree], None, &[], true)
+}
+
+/// A writable layer of an overlay: its upper and work directories, each a
+/// detached (typically idmapped) mount.
+pub struct Upper {
+    pub upper: OwnedFd,
+    pub work: OwnedFd,
+}
+
+/// An overlay of detached layers, handed over by fd (Linux 6.13): `lowers`
+/// from the top down, and `upper` when it is writable. `options` are
+/// overlayfs options copied from the mount it replaces (those that change
+/// how the layers' contents are read). Always nosuid and nodev; read-only
+/// without an upper layer, or when `read_only`.
+pub fn overlay(
+    lowers: &[BorrowedFd<'_>],
+    upper: Option<&Upper>,
+    options: &[(&str, &str)],
+    read_only: bool,
+) -> nix::Result<OwnedFd> {
     let overlay = Context::open("overlay")?;
     overlay.set("source", SOURCE)?;
-    overlay.set_fd("lowerdir+", tree)?;
-    overlay.set_fd("lowerdir+", empty.as_fd())?;
-    overlay.mount()
+    for (key, value) in options {
+        overlay.set(key, value)?;
+    }
+    for lower in lowers {
+        overlay.set_fd("lowerdir+", *lower)?;
+    }
+    let empty;
+    if upper.is_none() && lowers.len() == 1 {
+        // Without an upper layer overlayfs wants two lower ones.
+        let tmpfs = Context::open("tmpfs")?;
+        tmpfs.set("source", SOURCE)?;
+        empty = tmpfs.mount()?;
+        overlay.set_fd("lowerdir+", empty.as_fd())?;
+    }
+    if let Some(upper) = upper {
+        overlay.set_fd("upperdir", upper.upper.as_fd())?;
+        overlay.set_fd("workdir", upper.work.as_fd())?;
+    }
+    // nosuid and nodev: the staged root is on a path other host users may
+    // traverse, and a setuid file the sandbox made in its layer must mean
+    // nothing there (inside, no_new_privs ignores it anyway).
+    let mut attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    if read_only || upper.is_none() {
+        attrs |= MOUNT_ATTR_RDONLY;
+    }
+    overlay.mount_with(attrs)
 }

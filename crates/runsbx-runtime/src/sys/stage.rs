@@ -27,9 +27,14 @@ use nix::sys::wait::waitpid;
 use runsbx_policy::IdRange;
 
 use crate::error::{Result, RuntimeError};
+use crate::sys::layers::{self, EngineOverlay};
 use crate::sys::{fork, newmount};
 
 pub(crate) const STAGE_ROOT: &str = "/run/runsbx-rootfs";
+
+/// The file, in a container's stage directory, naming the work directory
+/// runsbx made beside an engine's upper layer (see sys/layers.rs).
+const WORK_DIR_RECORD: &str = "overlay-work-dir";
 
 pub fn dir(key: &str) -> PathBuf {
     Path::new(STAGE_ROOT).join(key)
@@ -37,7 +42,10 @@ pub fn dir(key: &str) -> PathBuf {
 
 /// Stages `spec`'s rootfs and bind sources for container `key`, rewriting
 /// the spec to point at them.
-pub fn prepare(key: &str, range: IdRange, spec: &mut Spec) -> Result<()> {
+///
+/// `unshifted`: the profile lets an engine's rootfs that the kernel cannot
+/// show with its owners be bound without id shifting instead of refused.
+pub fn prepare(key: &str, range: IdRange, spec: &mut Spec, unshifted: bool) -> Result<()> {
     let dir = dir(key);
     let ctx = |what: &str| format!("stage {what} for the sandbox's ids under {dir:?}");
     for d in [Path::new(STAGE_ROOT), &dir] {
@@ -82,22 +90,51 @@ pub fn prepare(key: &str, range: IdRange, spec: &mut Spec) -> Result<()> {
                 RuntimeError::sys(ctx(&format!("an idmapped mount of the rootfs {root:?}")), e)
             })?;
         }
-        // Filesystems without idmapped mount support (overlayfs as a whole,
-        // as containerd's snapshots are): the image is bound as it is, and
-        // its files keep host ownership; what "others" may read stays
-        // readable.
+        // overlayfs cannot be idmapped as a whole: an engine's overlay
+        // rootfs is made again over idmapped layers (sys/layers.rs).
         Err(nix::Error::EINVAL) => {
-            tracing::warn!(rootfs = ?root, "the rootfs's filesystem cannot be idmapped: bound without id shifting; files only root may read stay unreadable in the sandbox");
-            mount(
-                Some(&root),
-                &target,
-                None::<&str>,
-                MsFlags::MS_BIND | MsFlags::MS_REC,
-                None::<&str>,
-            )
-            .map_err(|e| {
-                RuntimeError::sys(ctx(&format!("a bind mount of the rootfs {root:?}")), e)
-            })?;
+            drop(tree);
+            let view = match EngineOverlay::at(&root)? {
+                Some(overlay) => rebuilt(&dir, &root, &overlay, range, userns.as_fd(), read_only),
+                None => Err(
+                    "its filesystem cannot be idmapped, and it is not the root of an \
+                             overlay mount whose layers could be"
+                        .to_owned(),
+                ),
+            };
+            match view {
+                Ok(view) => newmount::attach(view.as_fd(), &target).map_err(|e| {
+                    RuntimeError::sys(
+                        ctx(&format!("the rebuilt overlay of the rootfs {root:?}")),
+                        e,
+                    )
+                })?,
+                Err(reason) if unshifted => {
+                    tracing::debug!(rootfs = ?root, "bound without id shifting, as the profile allows: {reason}");
+                    mount(
+                        Some(&root),
+                        &target,
+                        None::<&str>,
+                        MsFlags::MS_BIND | MsFlags::MS_REC,
+                        None::<&str>,
+                    )
+                    .map_err(|e| {
+                        RuntimeError::sys(ctx(&format!("a bind mount of the rootfs {root:?}")), e)
+                    })?;
+                }
+                Err(reason) => {
+                    return Err(RuntimeError::Unsupported {
+                        what: format!(
+                            "showing the rootfs {root:?} to the sandbox with its files' owners"
+                        ),
+                        reason: format!(
+                            "{reason}; a profile may allow binding it without id shifting \
+                             (`unshifted_rootfs = true`: files show as nobody's, and files only \
+                             their owner may read stay unreadable)"
+                        ),
+                    })
+                }
+            }
         }
         Err(e) => {
             return Err(RuntimeError::sys(
@@ -177,6 +214,49 @@ fn precreate_mount_points(rootfs: &Path, spec: &Spec) -> Result<()> {
     Ok(())
 }
 
+/// The engine's overlay `overlay`, made again over layers idmapped through
+/// `userns`. Its work directory is recorded under `dir` before it exists.
+fn rebuilt(
+    dir: &Path,
+    root: &Path,
+    overlay: &EngineOverlay,
+    range: IdRange,
+    userns: std::os::fd::BorrowedFd<'_>,
+    read_only: bool,
+) -> std::result::Result<OwnedFd, String> {
+    let upper_userns = if read_only {
+        None
+    } else {
+        Some(userns_for_upper(range).map_err(|e| e.to_string())?)
+    };
+    if let Some(work) = overlay.work_dir().filter(|_| !read_only) {
+        fs::write(
+            dir.join(WORK_DIR_RECORD),
+            work.as_os_str().as_encoded_bytes(),
+        )
+        .map_err(|e| format!("record the overlay's work directory: {e}"))?;
+    }
+    let scratch = dir.join("layers");
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&scratch)
+        .map_err(|e| format!("create {scratch:?}: {e}"))?;
+    overlay
+        .idmapped(
+            userns,
+            upper_userns.as_ref().map(AsFd::as_fd),
+            read_only,
+            &scratch,
+        )
+        .map_err(|e| {
+            format!(
+                "{root:?} is an overlay, which cannot be idmapped as a whole, and this kernel \
+             refused to make it again over idmapped layers ({e}; overlayfs takes layers by fd \
+             from Linux 6.13)"
+            )
+        })
+}
+
 /// Unmounts and removes everything staged for `key`.
 pub fn remove(key: &str) -> Result<()> {
     let dir = dir(key);
@@ -184,6 +264,10 @@ pub fn remove(key: &str) -> Result<()> {
         return Ok(());
     }
     runsbx_image::mountinfo::unmount_under(&dir)?;
+    if let Ok(work) = fs::read(dir.join(WORK_DIR_RECORD)) {
+        use std::os::unix::ffi::OsStrExt;
+        layers::remove_work_dir(Path::new(std::ffi::OsStr::from_bytes(&work)))?;
+    }
     fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(format!("remove {dir:?}"), e))
 }
 
@@ -191,6 +275,26 @@ pub fn remove(key: &str) -> Result<()> {
 /// mount_setattr(MOUNT_ATTR_IDMAP): a forked child unshares it, runsbx
 /// writes its maps, keeps an fd to it, and lets the child go.
 fn userns_with(range: IdRange) -> Result<fs::File> {
+    userns_mapping(&format!("0 {} {}", range.base, range.size))
+}
+
+/// The id, on disk, of what overlayfs writes as the host's root through an
+/// idmapped upper layer (its work files, before copy-up gives each file
+/// its owner): the highest valid id, outside any sandbox's range.
+const MOUNTER_ON_DISK: u32 = u32::MAX - 1;
+
+/// [`userns_with`], plus host root as [`MOUNTER_ON_DISK`]: for the idmapped
+/// upper layer of a rebuilt overlay, where overlayfs works with the
+/// mounter's (host root's) credentials, which must be mapped. The
+/// sandbox's processes are never in this namespace; the rootfs is nosuid.
+fn userns_for_upper(range: IdRange) -> Result<fs::File> {
+    userns_mapping(&format!(
+        "0 {} {}\n{MOUNTER_ON_DISK} 0 1",
+        range.base, range.size
+    ))
+}
+
+fn userns_mapping(map: &str) -> Result<fs::File> {
     let ctx = "a user namespace for the idmapped rootfs";
     let pipe = || nix::unistd::pipe().map_err(|e| RuntimeError::sys(ctx, e));
     let (ready_r, ready_w) = pipe()?;
@@ -211,9 +315,8 @@ fn userns_with(range: IdRange) -> Result<fs::File> {
         if b[0] != 1 {
             return Err(nix::Error::EPERM);
         }
-        let map = format!("0 {} {}", range.base, range.size);
         for file in ["uid_map", "gid_map"] {
-            fs::write(format!("/proc/{child}/{file}"), &map).map_err(io_errno)?;
+            fs::write(format!("/proc/{child}/{file}"), map).map_err(io_errno)?;
         }
         fs::File::open(format!("/proc/{child}/ns/user")).map_err(io_errno)
     })();

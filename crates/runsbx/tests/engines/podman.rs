@@ -18,17 +18,28 @@ use crate::{IMAGE, RUNSBX};
 pub(crate) struct Podman<'a> {
     fx: &'a Fixture,
     xdg: PathBuf,
+    driver: &'static str,
 }
 
 impl<'a> Podman<'a> {
     pub(crate) fn new(fx: &'a Fixture) -> Self {
+        Self::with_driver(fx, "vfs")
+    }
+
+    /// podman with its default storage driver, overlay: each container's
+    /// rootfs is an overlay mount of the image's layers and its own.
+    pub(crate) fn with_overlay(fx: &'a Fixture) -> Self {
+        Self::with_driver(fx, "overlay")
+    }
+
+    fn with_driver(fx: &'a Fixture, driver: &'static str) -> Self {
         let xdg = fx.dir.path().join("xdg");
         fs::create_dir_all(&xdg).unwrap();
         fs::set_permissions(&xdg, fs::Permissions::from_mode(0o700)).unwrap();
         if let Who::User(u) = &fx.who {
             nix::unistd::chown(xdg.as_path(), Some(u.uid.into()), Some(u.gid.into())).unwrap();
         }
-        Self { fx, xdg }
+        Self { fx, xdg, driver }
     }
 
     fn cmd(&self, args: &[&str]) -> Command {
@@ -40,7 +51,7 @@ impl<'a> Podman<'a> {
             .arg(d.join("runroot"))
             .args([
                 "--storage-driver",
-                "vfs",
+                self.driver,
                 "--cgroup-manager",
                 "cgroupfs",
                 "--events-backend",
@@ -393,4 +404,128 @@ fn podman_default_network_and_deadline() {
         out.stderr.contains("runsbx.timeout") && out.stderr.contains("is not a duration"),
         "{out:?}"
     );
+}
+
+/// Root podman with its default overlay storage: an image whose `USER` is
+/// 1000 keeps its files' owners (a 0600 file of 1000's is readable, its
+/// WORKDIR writable, `ls -ln` shows the image's ids), the container's own
+/// layer takes writes, and the sandbox's ids are still its own unprivileged
+/// range, never host root.
+#[test]
+fn podman_overlay_keeps_owners_and_a_writable_layer() {
+    if !kit::is_root() {
+        skip!("the overlay rootfs rebuilt over idmapped layers is a root path");
+    }
+    if !kit::have("podman") {
+        skip!("podman is not installed (apt-get install podman)");
+    }
+    let fx = Fixture::new(RUNSBX, Who::Root);
+    let podman = Podman::with_overlay(&fx);
+    // The busybox rootfs, with /home/app owned by 1000 (0700) holding a
+    // 0600 file, as `RUN chown` in a Containerfile would leave it.
+    let root = fx.dir.path().join("user-rootfs");
+    let cp = Command::new("cp")
+        .arg("-a")
+        .arg(kit::rootfs())
+        .arg(&root)
+        .status()
+        .unwrap();
+    assert!(cp.success());
+    let app = root.join("home/app");
+    fs::create_dir_all(&app).unwrap();
+    fs::write(app.join("secret"), "only-1000\n").unwrap();
+    fs::set_permissions(app.join("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::set_permissions(&app, fs::Permissions::from_mode(0o700)).unwrap();
+    for p in [&app, &app.join("secret")] {
+        nix::unistd::chown(p.as_path(), Some(1000.into()), Some(1000.into())).unwrap();
+    }
+    let tar = fx.dir.path().join("user.tar");
+    kit::run_ok(
+        Command::new("tar")
+            .arg("--numeric-owner")
+            .arg("-C")
+            .arg(&root)
+            .arg("-cf")
+            .arg(&tar)
+            .arg("."),
+    );
+    let image = "localhost/runsbx-user:test";
+    let out = podman.run(&[
+        "import",
+        "--change",
+        "USER 1000",
+        "--change",
+        "WORKDIR /home/app",
+        tar.to_str().unwrap(),
+        image,
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let bin = fx.bin();
+    let out = podman.run(&[
+        "--runtime",
+        bin.to_str().unwrap(),
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        image,
+        "sh",
+        "-c",
+        "id -u; cat secret; touch made && echo wrote; ls -ln /home; cat /proc/self/uid_map",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], "1000", "{out:?}");
+    assert_eq!(lines[1], "only-1000", "{out:?}");
+    assert_eq!(lines[2], "wrote", "{out:?}");
+    assert!(
+        out.stdout
+            .lines()
+            .any(|l| l.starts_with("drwx------") && l.contains(" 1000 ") && l.ends_with(" app")),
+        "the image's owners: {out:?}"
+    );
+    // Container root is host id >= 1000000000: the sandbox's own range.
+    let map: Vec<u64> = lines
+        .last()
+        .unwrap()
+        .split_whitespace()
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(map[0], 0, "{out:?}");
+    assert!(map[1] >= 1_000_000_000, "{out:?}");
+    // Success says nothing on stderr (no warning about id shifting).
+    assert!(!out.stderr.contains("idmapped"), "{out:?}");
+
+    // Root in the container writes to the image's files: into its own
+    // layer, with the owners the files had.
+    let out = podman.run(&[
+        "--runtime",
+        bin.to_str().unwrap(),
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--user",
+        "0",
+        image,
+        "sh",
+        "-c",
+        "echo extra >> /etc/passwd && tail -1 /etc/passwd && ls -ln /etc/passwd",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.starts_with("extra\n"), "{out:?}");
+    assert!(out.stdout.contains(" 0        0 "), "{out:?}");
+    // What was staged for these sandboxes is gone with them: no staged
+    // rootfs still names a work directory in this podman's storage.
+    let left: Vec<PathBuf> = fs::read_dir("/run/runsbx-rootfs")
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    for dir in left {
+        let work = fs::read_to_string(dir.join("overlay-work-dir")).unwrap_or_default();
+        assert!(
+            !Path::new(&work).starts_with(fx.dir.path()),
+            "{dir:?} is left, for {work}"
+        );
+    }
+    fx.assert_clean();
 }
