@@ -19,6 +19,8 @@ fn host(rootless: bool) -> HostFacts {
         cgroups: !rootless,
         proc_subset: true,
         call_workspace: None,
+        // Both values get fuzzed: root with an engine layer, rootless without.
+        rootfs_container_layer: !rootless,
         pod: None,
     }
 }
