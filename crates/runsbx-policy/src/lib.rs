@@ -134,6 +134,10 @@ pub struct Hardened {
     /// the kernel cannot show it with its owners (the profile's
     /// `unshifted_rootfs`).
     pub unshifted_rootfs: bool,
+    /// tmpfs mounts that asked for `tmpcopyup` (the option is removed from
+    /// the spec): the runtime copies the image's content at each of these
+    /// destinations into the new tmpfs before the process starts.
+    pub tmpcopyup: Vec<std::path::PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

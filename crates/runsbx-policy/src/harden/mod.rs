@@ -68,6 +68,7 @@ fn apply_all(
         deadline,
         egress,
         unshifted_rootfs: profile.unshifted_rootfs,
+        tmpcopyup: cx.tmpcopyup,
     })
 }
 
@@ -102,6 +103,8 @@ pub(crate) struct Cx<'a> {
     pub overrides: Overrides,
     pub changes: Vec<Change>,
     pub attestation: Vec<Layer>,
+    /// tmpfs destinations to fill with the image's content.
+    pub tmpcopyup: Vec<std::path::PathBuf>,
 }
 
 impl<'a> Cx<'a> {
@@ -113,6 +116,7 @@ impl<'a> Cx<'a> {
             overrides,
             changes: Vec::new(),
             attestation: Vec::new(),
+            tmpcopyup: Vec::new(),
         }
     }
 

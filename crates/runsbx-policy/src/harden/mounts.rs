@@ -57,6 +57,7 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
             _ => kept.push(tmpfs(dest, size.0)?),
         }
     }
+    cx.tmpcopyup = take_tmpcopyup(&mut kept);
     if kept != old {
         describe_changes(cx, &old, &kept);
         cx.spec.set_mounts(Some(kept));
@@ -99,6 +100,29 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
 }
 
 /// The mount as it may stay, or None when it goes (or is replaced).
+/// Removes `tmpcopyup` from the tmpfs mounts that ask for it (mount(2)
+/// knows no such option), returning their destinations: the runtime fills
+/// each new tmpfs with the image's content at that path before the
+/// process starts (runsbx-runtime's sys/copyup.rs).
+fn take_tmpcopyup(mounts: &mut [Mount]) -> Vec<PathBuf> {
+    let mut dests = Vec::new();
+    for m in mounts.iter_mut() {
+        if m.typ().as_deref() != Some("tmpfs") {
+            continue;
+        }
+        let Some(options) = m.options().clone() else {
+            continue;
+        };
+        if options.iter().any(|o| o == "tmpcopyup") {
+            dests.push(m.destination().clone());
+            m.set_options(Some(
+                options.into_iter().filter(|o| o != "tmpcopyup").collect(),
+            ));
+        }
+    }
+    dests
+}
+
 /// Whether the rootfs may stay writable when the spec asks: `Ok(why)`, or
 /// `Err(why not)`. Writes must land in the container's own files and
 /// create nothing a host user could use: only an engine's container layer,

@@ -1008,3 +1008,36 @@ fn only_an_engines_container_layer_stays_writable() {
 fn spec_after(host: &HostFacts, spec: &Spec) -> Spec {
     harden(spec.clone(), &profile(), host).unwrap().spec
 }
+
+#[test]
+fn tmpcopyup_is_taken_out_of_the_options_and_handed_to_the_runtime() {
+    let mut spec = load("podman.json");
+    let mut mounts = spec.mounts().clone().unwrap();
+    mounts.push(
+        MountBuilder::default()
+            .destination("/data")
+            .typ("tmpfs")
+            .source("tmpfs")
+            .options(vec![
+                "rw".to_owned(),
+                "tmpcopyup".to_owned(),
+                "size=1m".to_owned(),
+            ])
+            .build()
+            .unwrap(),
+    );
+    spec.set_mounts(Some(mounts));
+    let hardened = harden(spec, &profile(), &as_root()).unwrap();
+    assert_eq!(hardened.tmpcopyup, [PathBuf::from("/data")]);
+    let data = hardened
+        .spec
+        .mounts()
+        .iter()
+        .flatten()
+        .find(|m| m.destination() == Path::new("/data"))
+        .unwrap();
+    let options = data.options().clone().unwrap();
+    assert!(!options.iter().any(|o| o == "tmpcopyup"), "{options:?}");
+    assert!(options.iter().any(|o| o == "nosuid"), "{options:?}");
+    verify(&hardened.spec, &profile(), &as_root()).unwrap();
+}

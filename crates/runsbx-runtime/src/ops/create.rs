@@ -20,7 +20,7 @@ use crate::state::container::{init_pid, op_err, owner, runsbx_cgroup_path, stage
 use crate::state::ids;
 use crate::state::root::{IdLock, StateRoot};
 use crate::state::{bundle, cgroup_claim};
-use crate::sys::{cgroupless, netns, privilege, stage, userns};
+use crate::sys::{cgroupless, copyup, netns, privilege, stage, userns};
 
 /// What `create` and `run` are given besides the id.
 #[derive(Debug, Clone, Default)]
@@ -198,6 +198,8 @@ fn build_from(
         workspace.give_to_root_of(&spec)?;
     }
     let mut container = libcontainer_build(root, id, req.opts, req.detach, &effective, req.stdio)?;
+    // While runsbx still sees the rootfs it was built from.
+    fill_tmpfs(&container, &spec, &hardened.tmpcopyup)?;
     if let Some(shadow) = shadow {
         shadow.leave()?;
     }
@@ -336,6 +338,20 @@ fn libcontainer_build(
         })
         .and_then(|b| b.build())
         .map_err(|e| op_err("create", id, e))
+}
+
+/// `tmpcopyup`: each tmpfs that asked for it gets the image's content at
+/// its mount point (see sys/copyup.rs).
+fn fill_tmpfs(container: &Container, spec: &Spec, dests: &[PathBuf]) -> Result<()> {
+    if dests.is_empty() {
+        return Ok(());
+    }
+    let rootfs = spec
+        .root()
+        .as_ref()
+        .map(|r| r.path().clone())
+        .ok_or_else(|| RuntimeError::invalid("config.json", "has no root"))?;
+    copyup::copy_up(init_pid(container)?, has_userns(spec), &rootfs, dests)
 }
 
 /// In a new network namespace: `lo` up, and the egress proxy's listening

@@ -4,6 +4,7 @@
 //! may do on this host.
 
 pub mod cgroupless;
+pub mod copyup;
 pub mod fork;
 pub mod layers;
 pub mod netns;

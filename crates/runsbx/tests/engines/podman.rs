@@ -529,3 +529,41 @@ fn podman_overlay_keeps_owners_and_a_writable_layer() {
     }
     fx.assert_clean();
 }
+
+/// `--tmpfs` (podman asks for `tmpcopyup`) and `--read-only` (its tmpfs on
+/// /run, /tmp and /var/tmp): the tmpfs starts with the image's content at
+/// that path, with its owners, and takes writes.
+fn podman_tmpfs_starts_with_the_images_content(fx: Fixture) {
+    if !kit::have("podman") {
+        skip!("podman is not installed (apt-get install podman)");
+    }
+    let podman = Podman::new(&fx);
+    podman.import_busybox();
+    let bin = fx.bin();
+    let out = podman.run(&[
+        "--runtime",
+        bin.to_str().unwrap(),
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--read-only",
+        "--tmpfs",
+        "/etc",
+        IMAGE,
+        "sh",
+        "-c",
+        "grep -c '^root:' /etc/passwd; ls -ln /etc/passwd; echo new > /etc/new && cat /etc/new; \
+         grep ' /etc ' /proc/self/mountinfo",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], "1", "the image's /etc/passwd: {out:?}");
+    assert!(
+        lines[1].starts_with("-rw-r--r--") && lines[1].contains(" 0        0 "),
+        "owner and mode kept: {out:?}"
+    );
+    assert_eq!(lines[2], "new", "{out:?}");
+    assert!(lines[3].contains(" - tmpfs "), "a tmpfs: {out:?}");
+}
+as_root_and_rootless!(RUNSBX, podman_tmpfs_starts_with_the_images_content: podman_tmpfs_as_root, podman_tmpfs_rootless);
