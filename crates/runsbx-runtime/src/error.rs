@@ -163,10 +163,12 @@ pub enum RuntimeError {
     #[error(transparent)]
     Policy(runsbx_policy::PolicyError),
 
-    #[error("command `{command}` not found in the image (searched PATH={searched}); give a path, or use an image that has it")]
+    #[error("command `{command}`: executable file not found in $PATH of the image (searched {searched}); give a path, or use an image that has it")]
     CommandNotFound { command: String, searched: String },
 
-    #[error("command `{command}` is not an executable file in the image ({path:?})")]
+    #[error(
+        "command `{command}` is not an executable file in the image ({path:?}): permission denied"
+    )]
     CommandNotExecutable { command: String, path: PathBuf },
 
     #[error("{op} container `{id}`")]

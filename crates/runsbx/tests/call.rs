@@ -483,7 +483,8 @@ fn bad_inputs_are_refused(fx: Fixture) {
     let out = fx.run(["call", "--rootfs", &rootfs, "--", "no-such-command"]);
     assert_eq!(out.code, 127, "{out:?}");
     assert!(
-        out.stderr.contains("command `no-such-command` not found"),
+        out.stderr
+            .contains("command `no-such-command`: executable file not found in $PATH"),
         "{out:?}"
     );
     let out = fx.run(["call", "--json", "--rootfs", &rootfs, "--", "/etc/passwd"]);

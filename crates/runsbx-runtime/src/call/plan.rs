@@ -4,7 +4,7 @@
 //! Every input is checked here, so that a bad one leaves nothing behind.
 
 use std::fs::{self, File};
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use libcontainer::oci_spec::runtime::{ProcessBuilder, RootBuilder, Spec};
@@ -97,7 +97,15 @@ impl CallPlan {
                 .map_err(|e| RuntimeError::invalid("--allow-host", e.to_string()))?;
         }
         let env = environment(&image_env, &req.env);
-        resolve_command(&rootfs, &req.command[0], &env)?;
+        // Inputs land in /workspace, which is not in the image: a command
+        // there is checked by the kernel at exec time.
+        bundle::check_command(
+            &rootfs,
+            &req.command[0],
+            &env,
+            Path::new("/workspace"),
+            &[Path::new("/workspace")],
+        )?;
         if privilege::rootless()
             && pathrs::Root::open(&rootfs)
                 .and_then(|r| r.resolve("/workspace"))
@@ -171,60 +179,6 @@ fn environment(image: &[String], extra: &[(String, String)]) -> Vec<String> {
         set(k, v);
     }
     env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
-}
-
-/// Checks that the command exists in the image and can be executed,
-/// resolving it inside the rootfs (symlinks included) as the kernel would
-/// inside the sandbox.
-fn resolve_command(rootfs: &Path, command: &str, env: &[String]) -> Result<()> {
-    let root = pathrs::Root::open(rootfs)
-        .map_err(|e| RuntimeError::invalid(format!("the rootfs {rootfs:?}"), e.to_string()))?;
-    let path = env
-        .iter()
-        .find_map(|kv| kv.strip_prefix("PATH="))
-        .unwrap_or("/usr/bin:/bin");
-    let candidates: Vec<PathBuf> = if command.contains('/') {
-        let p = Path::new(command);
-        vec![if p.is_absolute() {
-            p.to_path_buf()
-        } else {
-            Path::new("/workspace").join(p)
-        }]
-    } else {
-        path.split(':')
-            .filter(|d| d.starts_with('/'))
-            .map(|d| Path::new(d).join(command))
-            .collect()
-    };
-    let mut not_executable = None;
-    for candidate in &candidates {
-        // Inputs land in /workspace, which is not in the image: a command
-        // there is checked by the kernel at exec time.
-        if candidate.starts_with("/workspace") {
-            return Ok(());
-        }
-        let Ok(handle) = root.resolve(candidate) else {
-            continue;
-        };
-        let Ok(stat) = nix::sys::stat::fstat(handle.as_fd().as_raw_fd()) else {
-            continue;
-        };
-        let is_file = stat.st_mode & libc::S_IFMT == libc::S_IFREG;
-        if is_file && stat.st_mode & 0o111 != 0 {
-            return Ok(());
-        }
-        not_executable.get_or_insert_with(|| candidate.clone());
-    }
-    match not_executable {
-        Some(p) => Err(RuntimeError::CommandNotExecutable {
-            command: command.to_owned(),
-            path: p,
-        }),
-        None => Err(RuntimeError::CommandNotFound {
-            command: command.to_owned(),
-            searched: path.to_owned(),
-        }),
-    }
 }
 
 fn call_spec(rootfs: &Path, req: &CallRequest, env: Vec<String>) -> Result<Spec> {

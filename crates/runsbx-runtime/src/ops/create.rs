@@ -274,6 +274,7 @@ fn harden(
     let pod_join = pod.map(|p| p.join.clone());
     let hardened = policy::apply(req.policy, input, range, workspace, pod_join, req.overrides)?;
     bundle::check_cwd(source, &hardened.spec)?;
+    bundle::check_process(source, &hardened.spec)?;
     // Said once, when the sandbox is made (not at each start or exec).
     for change in &hardened.changes {
         if change.field == "linux.namespaces.network" {

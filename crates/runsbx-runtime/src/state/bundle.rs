@@ -113,6 +113,90 @@ pub fn check_cwd(bundle: &Bundle, spec: &Spec) -> Result<()> {
     })
 }
 
+/// Checks that `command` exists in the image at `rootfs` and can be
+/// executed, resolving it inside the rootfs (symlinks included) as the
+/// kernel would inside the sandbox: through `PATH` from `env`, or from
+/// `cwd` when it holds a `/`. A command under one of `mounted` (a mount
+/// destination: not the image's) is left to the kernel at exec time.
+/// Engines read the error's words as runc's: "executable file not found
+/// in $PATH" is 127 for docker and podman, "permission denied" 126.
+pub fn check_command(
+    rootfs: &Path,
+    command: &str,
+    env: &[String],
+    cwd: &Path,
+    mounted: &[&Path],
+) -> Result<()> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let root = pathrs::Root::open(rootfs)
+        .map_err(|e| RuntimeError::invalid(format!("the rootfs {rootfs:?}"), e.to_string()))?;
+    let path = env
+        .iter()
+        .find_map(|kv| kv.strip_prefix("PATH="))
+        .unwrap_or("/usr/bin:/bin");
+    let candidates: Vec<PathBuf> = if command.contains('/') {
+        vec![cwd.join(command)]
+    } else {
+        path.split(':')
+            .filter(|d| d.starts_with('/'))
+            .map(|d| Path::new(d).join(command))
+            .collect()
+    };
+    let mut not_executable = None;
+    for candidate in &candidates {
+        if mounted.iter().any(|m| candidate.starts_with(m)) {
+            return Ok(());
+        }
+        let Ok(handle) = root.resolve(candidate) else {
+            continue;
+        };
+        let Ok(stat) = nix::sys::stat::fstat(handle.as_fd().as_raw_fd()) else {
+            continue;
+        };
+        let is_file = stat.st_mode & libc::S_IFMT == libc::S_IFREG;
+        if is_file && stat.st_mode & 0o111 != 0 {
+            return Ok(());
+        }
+        not_executable.get_or_insert_with(|| candidate.clone());
+    }
+    match not_executable {
+        Some(p) => Err(RuntimeError::CommandNotExecutable {
+            command: command.to_owned(),
+            path: p,
+        }),
+        None => Err(RuntimeError::CommandNotFound {
+            command: command.to_owned(),
+            searched: if command.contains('/') {
+                candidates
+                    .iter()
+                    .map(|c| c.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(":")
+            } else {
+                path.to_owned()
+            },
+        }),
+    }
+}
+
+/// The process of `spec` checked as [`check_command`] does, for a create.
+pub fn check_process(bundle: &Bundle, spec: &Spec) -> Result<()> {
+    let Some(process) = spec.process().as_ref() else {
+        return Ok(());
+    };
+    let Some(command) = process.args().as_ref().and_then(|a| a.first()) else {
+        return Ok(());
+    };
+    let env = process.env().clone().unwrap_or_default();
+    let mounted: Vec<&Path> = spec
+        .mounts()
+        .iter()
+        .flatten()
+        .map(|m| m.destination().as_path())
+        .collect();
+    check_command(&bundle.rootfs, command, &env, process.cwd(), &mounted)
+}
+
 /// Refuses a root filesystem that is not a directory of its own: the
 /// host's `/`, or a directory that holds runsbx's own state, stage, claims
 /// or data, or the caller's home (a sandbox would see them, and runsbx

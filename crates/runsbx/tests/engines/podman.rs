@@ -567,3 +567,61 @@ fn podman_tmpfs_starts_with_the_images_content(fx: Fixture) {
     assert!(lines[3].contains(" - tmpfs "), "a tmpfs: {out:?}");
 }
 as_root_and_rootless!(RUNSBX, podman_tmpfs_starts_with_the_images_content: podman_tmpfs_as_root, podman_tmpfs_rootless);
+
+/// What goes wrong is said once, in podman's first line, in runsbx's
+/// words: a missing command (127, as under runc: podman reads runc's
+/// words), a working directory the image lacks (podman's own check), a
+/// refused host bind; and
+/// no libcontainer log line reaches podman's stderr.
+fn podman_errors_are_one_clear_line(fx: Fixture) {
+    if !kit::have("podman") {
+        skip!("podman is not installed (apt-get install podman)");
+    }
+    let podman = Podman::new(&fx);
+    podman.import_busybox();
+    let bin = fx.bin();
+    let run = |extra: &[&str], command: &str| {
+        let mut args = vec![
+            "--runtime",
+            bin.to_str().unwrap(),
+            "run",
+            "--rm",
+            "--network",
+            "none",
+        ];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[IMAGE, command]);
+        podman.run(&args)
+    };
+    let cases: [(&[&str], &str, i32, &str); 3] = [
+        (
+            &[],
+            "no-such-command",
+            127,
+            "executable file not found in $PATH",
+        ),
+        (
+            &["--workdir", "/nope"],
+            "true",
+            126,
+            // podman checks this one itself, before runsbx is called.
+            "workdir \"/nope\" does not exist",
+        ),
+        (&["-v", "/etc:/hostetc"], "true", 126, "bind_mounts"),
+    ];
+    for (extra, command, code, cause) in cases {
+        let out = run(extra, command);
+        assert_eq!(out.code, code, "{extra:?} {command}: {out:?}");
+        let first = out.stderr.lines().next().unwrap_or_default();
+        assert!(
+            first.contains(cause),
+            "{extra:?}: first line {first:?}: {out:?}"
+        );
+        assert_eq!(out.stderr.matches(cause).count(), 1, "said once: {out:?}");
+        assert!(
+            !out.stderr.contains("ERROR"),
+            "a libcontainer line: {out:?}"
+        );
+    }
+}
+as_root_and_rootless!(RUNSBX, podman_errors_are_one_clear_line: podman_errors_as_root, podman_errors_rootless);
