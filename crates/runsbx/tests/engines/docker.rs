@@ -111,6 +111,16 @@ fn docker_runs_runsbx() {
         assert!(out.lines().any(|l| l == line), "{line:?} missing: {out}");
     }
 
+    // A command missing from the image is 127, as under runc (docker reads
+    // runc's words in the runtime's error), and said in runsbx's words.
+    let (code, out, err) = docker(&d, &[&run[..], &[IMAGE, "no-such-command"]].concat());
+    assert_eq!(code, 127, "{out}{err}");
+    assert!(
+        err.contains("command `no-such-command`: executable file not found in $PATH"),
+        "{err}"
+    );
+    assert!(!err.contains("ERROR"), "a libcontainer line: {err}");
+
     // A detached container with a memory limit, and exec into it.
     let id = docker_ok(
         &d,
