@@ -77,6 +77,15 @@ impl<'a> Podman<'a> {
         output_via_files(&mut self.cmd(args))
     }
 
+    /// `podman --runtime runsbx run --rm --network none ARGS…` (ARGS: run's
+    /// options, the image, the command).
+    pub(crate) fn run_sandboxed(&self, args: &[&str]) -> Out {
+        let bin = self.fx.bin();
+        let runtime = ["--runtime", bin.to_str().unwrap()];
+        let run = ["run", "--rm", "--network", "none"];
+        self.run(&[&runtime[..], &run[..], args].concat())
+    }
+
     /// `localhost/runsbx-busybox:test`, imported from a tar of the test rootfs.
     pub(crate) fn import_busybox(&self) {
         let tar = kit::rootfs_tar(self.fx.dir.path());
@@ -146,18 +155,7 @@ fn podman_runs_runsbx(fx: Fixture) {
         "runsbx log: {text}"
     );
 
-    let out = podman.run(&[
-        "--runtime",
-        bin.to_str().unwrap(),
-        "run",
-        "--rm",
-        "--network",
-        "none",
-        IMAGE,
-        "sh",
-        "-c",
-        "probe status; probe lo; exit 7",
-    ]);
+    let out = podman.run_sandboxed(&[IMAGE, "sh", "-c", "probe status; probe lo; exit 7"]);
     assert_eq!(out.code, 7, "{out:?}");
     // Hardened under podman too.
     kit::assert_hardened(&out);
@@ -460,14 +458,7 @@ fn podman_overlay_keeps_owners_and_a_writable_layer() {
         image,
     ]);
     assert_eq!(out.code, 0, "{out:?}");
-    let bin = fx.bin();
-    let out = podman.run(&[
-        "--runtime",
-        bin.to_str().unwrap(),
-        "run",
-        "--rm",
-        "--network",
-        "none",
+    let out = podman.run_sandboxed(&[
         image,
         "sh",
         "-c",
@@ -498,13 +489,7 @@ fn podman_overlay_keeps_owners_and_a_writable_layer() {
 
     // Root in the container writes to the image's files: into its own
     // layer, with the owners the files had.
-    let out = podman.run(&[
-        "--runtime",
-        bin.to_str().unwrap(),
-        "run",
-        "--rm",
-        "--network",
-        "none",
+    let out = podman.run_sandboxed(&[
         "--user",
         "0",
         image,
@@ -539,14 +524,7 @@ fn podman_tmpfs_starts_with_the_images_content(fx: Fixture) {
     }
     let podman = Podman::new(&fx);
     podman.import_busybox();
-    let bin = fx.bin();
-    let out = podman.run(&[
-        "--runtime",
-        bin.to_str().unwrap(),
-        "run",
-        "--rm",
-        "--network",
-        "none",
+    let out = podman.run_sandboxed(&[
         "--read-only",
         "--tmpfs",
         "/etc",
@@ -579,20 +557,8 @@ fn podman_errors_are_one_clear_line(fx: Fixture) {
     }
     let podman = Podman::new(&fx);
     podman.import_busybox();
-    let bin = fx.bin();
-    let run = |extra: &[&str], command: &str| {
-        let mut args = vec![
-            "--runtime",
-            bin.to_str().unwrap(),
-            "run",
-            "--rm",
-            "--network",
-            "none",
-        ];
-        args.extend_from_slice(extra);
-        args.extend_from_slice(&[IMAGE, command]);
-        podman.run(&args)
-    };
+    let run =
+        |extra: &[&str], command: &str| podman.run_sandboxed(&[extra, &[IMAGE, command]].concat());
     let cases: [(&[&str], &str, i32, &str); 3] = [
         (
             &[],
