@@ -355,6 +355,30 @@ mod tests {
     }
 
     #[test]
+    fn only_storage_closed_to_others_counts_as_a_container_layer() {
+        use std::os::unix::fs::PermissionsExt;
+        // A directory of runsbx's uid, 0700: what is below it is private.
+        let private = tempfile::tempdir().unwrap();
+        let upper = private.path().join("c1/diff");
+        fs::create_dir_all(&upper).unwrap();
+        fs::set_permissions(private.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(closed_to_others(&upper));
+        // Every directory on the way open to others (/, /tmp, 0755 ones):
+        // a setuid file made there would be anyone's to run.
+        let open = tempfile::tempdir().unwrap();
+        fs::set_permissions(open.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let upper = open.path().join("c1/diff");
+        fs::create_dir_all(&upper).unwrap();
+        for dir in [open.path().join("c1"), upper.clone()] {
+            fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        assert!(!closed_to_others(&upper));
+        // Group-traversable is open too.
+        fs::set_permissions(open.path(), fs::Permissions::from_mode(0o710)).unwrap();
+        assert!(!closed_to_others(&upper));
+    }
+
+    #[test]
     fn escaped_separators_stay_in_paths() {
         assert_eq!(split_unescaped(r"a\,b,c", ','), ["a,b", "c"]);
         assert_eq!(split_unescaped(r"/x\:y:/z", ':'), ["/x:y", "/z"]);
