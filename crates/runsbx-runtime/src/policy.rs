@@ -159,7 +159,10 @@ pub fn apply(
 ) -> Result<Hardened> {
     let host = HostFacts {
         call_workspace: call_workspace.map(Path::to_path_buf),
-        rootfs_container_layer: crate::sys::layers::is_container_layer(&spec),
+        // Only a rootfs the spec asks to write needs the probe (a read of
+        // mountinfo): a call's, and most, are read-only anyway.
+        rootfs_container_layer: spec.root().as_ref().and_then(|r| r.readonly()) != Some(true)
+            && crate::sys::layers::is_container_layer(&spec),
         pod,
         ..host_facts(id_range)
     };

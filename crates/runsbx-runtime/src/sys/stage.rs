@@ -236,11 +236,14 @@ fn rebuilt(
         )
         .map_err(|e| format!("record the overlay's work directory: {e}"))?;
     }
+    // Where the writable pair is attached for the moment (layers.rs).
     let scratch = dir.join("layers");
-    fs::DirBuilder::new()
-        .mode(0o700)
-        .create(&scratch)
-        .map_err(|e| format!("create {scratch:?}: {e}"))?;
+    if !read_only {
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&scratch)
+            .map_err(|e| format!("create {scratch:?}: {e}"))?;
+    }
     overlay
         .idmapped(
             userns,
