@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use runsbx_policy::{harden, verify, HostFacts, IdRange, Profile};
+use runsbx_policy::{harden, verify, HostFacts, IdRange, Profile, RootlessIds};
 
 fn host(rootless: bool) -> HostFacts {
     HostFacts {
@@ -22,6 +22,12 @@ fn host(rootless: bool) -> HostFacts {
         // Both values get fuzzed: root with an engine layer, rootless without.
         rootfs_container_layer: !rootless,
         pod: None,
+        // Rootless in podman's namespace: the engine's mappings are fuzzed.
+        rootless_ids: rootless.then(|| RootlessIds {
+            uids: vec![IdRange { base: 0, size: 65_537 }],
+            gids: vec![IdRange { base: 0, size: 65_537 }],
+            engines: true,
+        }),
     }
 }
 

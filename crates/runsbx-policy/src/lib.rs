@@ -58,6 +58,27 @@ pub struct HostFacts {
     /// sandbox container the runtime verified it may join. Never set from
     /// a spec or an annotation.
     pub pod: Option<PodJoin>,
+    /// Rootless, in a user namespace: the ids that namespace maps, which a
+    /// sandbox may map too. `None` outside one: only `uid`/`gid`.
+    pub rootless_ids: Option<RootlessIds>,
+}
+
+/// The ids of the user namespace a rootless runsbx runs in: the caller's
+/// own and, where the system's `newuidmap`/`newgidmap` gave them (rootless
+/// podman's namespace, or runsbx's own), the caller's subordinate ids from
+/// `/etc/subuid` and `/etc/subgid`. Each is an unprivileged host id that
+/// the caller already owns; host root is never among them.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RootlessIds {
+    /// Ranges of that namespace's own uids and gids (`base` is an id as
+    /// runsbx sees it).
+    pub uids: Vec<IdRange>,
+    pub gids: Vec<IdRange>,
+    /// The namespace is an engine's (rootless podman runs its runtime in
+    /// its own), so a spec's id mappings name its ids and are kept when
+    /// they fit in it (`--userns keep-id`). Otherwise runsbx made it, a
+    /// spec's mappings name host ids, and the sandbox gets the whole of it.
+    pub engines: bool,
 }
 
 /// What the runtime verified about the pod a container belongs to: each
@@ -98,7 +119,7 @@ pub fn is_pod_sandbox(spec: &oci_spec::runtime::Spec) -> bool {
     })
 }
 
-/// A range of host ids: `size` ids from `base`.
+/// A range of ids: `size` ids from `base` (host ids, unless said).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct IdRange {
     pub base: u32,

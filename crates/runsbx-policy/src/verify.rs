@@ -60,9 +60,23 @@ pub fn verify(spec: &Spec, profile: &Profile, host: &HostFacts) -> Result<(), Po
             ));
         }
     }
-    for map in [linux.uid_mappings(), linux.gid_mappings()] {
-        if map.as_ref().is_none_or(|m| m.is_empty()) {
+    let ids = host.rootless_ids.clone().unwrap_or_default();
+    for (map, own, ranges) in [
+        (linux.uid_mappings(), host.uid, &ids.uids),
+        (linux.gid_mappings(), host.gid, &ids.gids),
+    ] {
+        let Some(map) = map.as_ref().filter(|m| !m.is_empty()) else {
             return fail("the user namespace has no id mappings".into());
+        };
+        if host.pod.is_none() {
+            if let Some(m) = map.iter().find(|m| !is_the_sandboxs(host, m, own, ranges)) {
+                return fail(format!(
+                    "id mapping {} {} {} maps ids that are not this sandbox's",
+                    m.container_id(),
+                    m.host_id(),
+                    m.size()
+                ));
+            }
         }
     }
     if process.no_new_privileges() != Some(true) {
@@ -132,4 +146,23 @@ pub fn verify(spec: &Spec, profile: &Profile, host: &HostFacts) -> Result<(), Po
         return fail("hooks are present".into());
     }
     Ok(())
+}
+
+/// Whether every host id `m` maps is one the sandbox may have: as root,
+/// in its own range; rootless, the caller's own id or one of the `ranges`
+/// its user namespace maps (the caller's subordinate ids). Never host root.
+fn is_the_sandboxs(
+    host: &HostFacts,
+    m: &oci_spec::runtime::LinuxIdMapping,
+    own: u32,
+    ranges: &[crate::IdRange],
+) -> bool {
+    let within = |base: u32, size: u32| {
+        m.host_id() >= base
+            && u64::from(m.host_id()) + u64::from(m.size()) <= u64::from(base) + u64::from(size)
+    };
+    match host.id_range {
+        Some(range) => within(range.base, range.size),
+        None => host.rootless && (within(own, 1) || ranges.iter().any(|r| within(r.base, r.size))),
+    }
 }

@@ -121,6 +121,7 @@ pub fn host_facts(id_range: Option<IdRange>) -> HostFacts {
         call_workspace: None,
         rootfs_container_layer: false,
         pod: None,
+        rootless_ids: crate::sys::userns::rootless_ids(),
     }
 }
 

@@ -36,6 +36,32 @@ pub fn test_user() -> Option<User> {
     })
 }
 
+/// The first subordinate uid range `/etc/subuid` gives user `name`:
+/// (start, count).
+pub fn subordinate_uids(name: &str) -> Option<(u32, u32)> {
+    std::fs::read_to_string("/etc/subuid")
+        .ok()?
+        .lines()
+        .find_map(|line| {
+            let mut f = line.split(':');
+            if f.next()? != name {
+                return None;
+            }
+            Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
+        })
+}
+
+/// The real uid of process `pid`, as the host sees it.
+pub fn host_uid_of(pid: i64) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|ids| ids.split_whitespace().next())
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("no Uid line in /proc/{pid}/status"))
+}
+
 /// Who runs runsbx in a test.
 #[derive(Debug, Clone)]
 pub enum Who {

@@ -27,7 +27,7 @@ pub use entered::{
     assert_entered, assert_entered_output, host_view, host_view_uid, pid_of_sleep, unique_mark,
     Canary, ENTERED_INIT, ENTERED_PROBE,
 };
-pub use fixture::{assert_hardened, test_user, Fixture, User, Who};
+pub use fixture::{assert_hardened, host_uid_of, subordinate_uids, test_user, Fixture, User, Who};
 pub use poll::{settle, wait_until, POLL};
 pub use rootfs::{
     docker_archive, have_python_image, pause_rootfs, python_rootfs, rootfs, rootfs_tar, runsbx_copy,

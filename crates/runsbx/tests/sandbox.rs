@@ -319,17 +319,7 @@ fn root_sandboxes_get_distinct_host_uids() {
         fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), id])
             .ok();
         let pid = fx.run(["state", id]).ok().json()["pid"].as_i64().unwrap();
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-        let uid: u32 = status
-            .lines()
-            .find(|l| l.starts_with("Uid:"))
-            .unwrap()
-            .split_whitespace()
-            .nth(1)
-            .unwrap()
-            .parse()
-            .unwrap();
-        uids.push(uid);
+        uids.push(kit::host_uid_of(pid));
     }
     assert_ne!(uids[0], uids[1], "{uids:?}");
     assert!(uids.iter().all(|u| *u >= 1_000_000_000), "{uids:?}");
@@ -338,6 +328,49 @@ fn root_sandboxes_get_distinct_host_uids() {
     }
     fx.assert_clean();
 }
+
+/// An image's other users run: a process as uid 1000 is an unprivileged
+/// host id, as root in the sandbox's own range and rootless the caller's
+/// 1000th subordinate id (mapped with newuidmap), never host root; and
+/// `runsbx check` says which ids a rootless sandbox gets.
+fn other_users_run_as_unprivileged_host_ids(fx: Fixture) {
+    let b = fx.bundle(
+        "b",
+        &["sh", "-c", "id -u; id -g; exec sleep 1000"],
+        |spec| {
+            spec["process"]["user"] = json!({"uid": 1000, "gid": 1000});
+        },
+    );
+    let out = fx.dir.path().join("out");
+    let mut run = fx.cmd(["run", "--detach", "--bundle", b.to_str().unwrap(), "u"]);
+    run.stdout(std::fs::File::create(&out).unwrap());
+    assert!(run.status().unwrap().success());
+    let pid = fx.run(["state", "u"]).ok().json()["pid"].as_i64().unwrap();
+    kit::wait_until(
+        "the process prints its ids",
+        Duration::from_secs(10),
+        || std::fs::read_to_string(&out).is_ok_and(|s| s.lines().count() == 2),
+    );
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), "1000\n1000\n");
+    let host_uid = kit::host_uid_of(pid);
+    match &fx.who {
+        Who::Root => assert!(host_uid >= 1_000_000_000, "host uid {host_uid}"),
+        Who::User(u) => {
+            let (start, _) = kit::subordinate_uids(&u.name).expect("the test user's subuids");
+            assert_eq!(host_uid, u64::from(start) + 999);
+            let check = fx.run(["check"]);
+            assert!(
+                check.stdout.lines().any(|l| l.starts_with("ok")
+                    && l.contains("rootless ids")
+                    && l.contains(&format!("uids {start}+"))),
+                "{check:?}"
+            );
+        }
+    }
+    fx.run(["delete", "--force", "u"]).ok();
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, other_users_run_as_unprivileged_host_ids: other_users_as_root, other_users_rootless);
 
 /// `runsbx harden` shows what would change, without creating anything.
 fn harden_dry_run(fx: Fixture) {

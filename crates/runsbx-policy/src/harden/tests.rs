@@ -4,12 +4,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use oci_spec::runtime::{
-    Capability, HookBuilder, HooksBuilder, LinuxNamespaceBuilder, LinuxNamespaceType, MountBuilder,
-    Spec,
+    Capability, HookBuilder, HooksBuilder, LinuxIdMapping, LinuxIdMappingBuilder,
+    LinuxNamespaceBuilder, LinuxNamespaceType, MountBuilder, Spec,
 };
 use proptest::prelude::*;
 
-use crate::{harden, verify, HostFacts, IdRange, PolicyError, Profile};
+use crate::{harden, verify, HostFacts, IdRange, PolicyError, Profile, RootlessIds};
 
 pub(crate) fn as_root() -> HostFacts {
     HostFacts {
@@ -27,6 +27,7 @@ pub(crate) fn as_root() -> HostFacts {
         call_workspace: None,
         rootfs_container_layer: false,
         pod: None,
+        rootless_ids: None,
     }
 }
 
@@ -113,6 +114,143 @@ fn rootless_maps_only_the_caller() {
                 (0, uid, 1)
             );
         }
+    }
+}
+
+/// Inside a user namespace that maps the caller (as 0) and its 65,536
+/// subordinate ids, as rootless podman's and runsbx's own do.
+fn with_subordinate_ids(engines: bool) -> HostFacts {
+    let ranges = vec![
+        IdRange { base: 0, size: 1 },
+        IdRange {
+            base: 1,
+            size: 65_536,
+        },
+    ];
+    HostFacts {
+        rootless_ids: Some(RootlessIds {
+            uids: ranges.clone(),
+            gids: ranges,
+            engines,
+        }),
+        ..in_podman_userns()
+    }
+}
+
+fn triples(maps: &Option<Vec<LinuxIdMapping>>) -> Vec<(u32, u32, u32)> {
+    maps.iter()
+        .flatten()
+        .map(|m| (m.container_id(), m.host_id(), m.size()))
+        .collect()
+}
+
+fn with_user(mut spec: Spec, uid: u32) -> Spec {
+    let mut process = spec.process().clone().unwrap();
+    let mut user = process.user().clone();
+    user.set_uid(uid);
+    user.set_gid(uid);
+    process.set_user(user);
+    spec.set_process(Some(process));
+    spec
+}
+
+#[test]
+fn rootless_with_subordinate_ids_maps_them_all_so_an_images_user_runs() {
+    for engines in [true, false] {
+        let spec = with_user(load("podman.json"), 1000);
+        let out = harden(spec, &profile(), &with_subordinate_ids(engines)).unwrap();
+        let linux = out.spec.linux().as_ref().unwrap();
+        for maps in [linux.uid_mappings(), linux.gid_mappings()] {
+            // One line per range of the parent namespace: the kernel refuses
+            // a line that spans two.
+            assert_eq!(triples(maps), [(0, 0, 1), (1, 1, 65_536)]);
+        }
+        let layer = out
+            .attestation
+            .iter()
+            .find(|l| l.layer == "user_namespace")
+            .unwrap();
+        assert!(layer.detail.contains("subordinate"), "{layer:?}");
+    }
+    // Without them, uid 1000 still has nowhere to be.
+    let err = harden(
+        with_user(load("podman.json"), 1000),
+        &profile(),
+        &in_podman_userns(),
+    );
+    assert!(
+        matches!(&err, Err(PolicyError::Invalid { field, .. }) if field == "process.user.uid"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn an_engines_mappings_are_kept_only_within_its_namespace() {
+    let keep_id = |host_ids: [u32; 3]| {
+        let mut spec = load("podman.json");
+        let maps: Vec<LinuxIdMapping> = [
+            (0, host_ids[0], 1000),
+            (1000, host_ids[1], 1),
+            (1001, host_ids[2], 64_535),
+        ]
+        .into_iter()
+        .map(|(c, h, n)| {
+            LinuxIdMappingBuilder::default()
+                .container_id(c as u32)
+                .host_id(h)
+                .size(n as u32)
+                .build()
+                .unwrap()
+        })
+        .collect();
+        let mut linux = spec.linux().clone().unwrap();
+        linux
+            .set_uid_mappings(Some(maps.clone()))
+            .set_gid_mappings(Some(maps));
+        spec.set_linux(Some(linux));
+        spec
+    };
+    // podman's `--userns keep-id`: the caller (0 in podman's namespace) is
+    // container id 1000.
+    let engine = with_subordinate_ids(true);
+    let out = harden(keep_id([1, 0, 1001]), &profile(), &engine).unwrap();
+    let linux = out.spec.linux().as_ref().unwrap();
+    assert_eq!(
+        triples(linux.uid_mappings()),
+        [(0, 1, 1000), (1000, 0, 1), (1001, 1001, 64_535)]
+    );
+    // A range past the namespace's ids is not the engine's to give: the
+    // whole namespace instead, as without mappings.
+    let out = harden(keep_id([1, 0, 70_000]), &profile(), &engine).unwrap();
+    let linux = out.spec.linux().as_ref().unwrap();
+    assert_eq!(triples(linux.uid_mappings()), [(0, 0, 1), (1, 1, 65_536)]);
+    // In runsbx's own namespace a spec's mappings name host ids: ignored.
+    let out = harden(
+        keep_id([1, 0, 1001]),
+        &profile(),
+        &with_subordinate_ids(false),
+    )
+    .unwrap();
+    let linux = out.spec.linux().as_ref().unwrap();
+    assert_eq!(triples(linux.gid_mappings()), [(0, 0, 1), (1, 1, 65_536)]);
+}
+
+#[test]
+fn verify_refuses_a_mapping_of_ids_that_are_not_the_sandboxs() {
+    let host_root = LinuxIdMappingBuilder::default()
+        .container_id(0u32)
+        .host_id(0u32)
+        .size(65_536u32)
+        .build()
+        .unwrap();
+    for host in [as_root(), rootless(), with_subordinate_ids(true)] {
+        let mut out = harden(load("podman.json"), &profile(), &host).unwrap();
+        assert!(verify(&out.spec, &profile(), &host).is_ok());
+        let mut linux = out.spec.linux().clone().unwrap();
+        linux.set_uid_mappings(Some(vec![host_root.clone()]));
+        out.spec.set_linux(Some(linux));
+        let err = verify(&out.spec, &profile(), &host).unwrap_err();
+        assert!(err.to_string().contains("not this sandbox's"), "{err}");
     }
 }
 

@@ -5,7 +5,7 @@
 use oci_spec::runtime::{LinuxIdMapping, LinuxIdMappingBuilder};
 
 use super::Cx;
-use crate::PolicyError;
+use crate::{IdRange, PolicyError, RootlessIds};
 
 pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     if !cx.host.user_namespaces {
@@ -117,10 +117,18 @@ fn mappings(cx: &Cx) -> Result<Maps, PolicyError> {
             "as root, the runtime must allocate an id range for the sandbox".to_owned(),
         ));
     }
-    // Rootless (also as root inside rootless podman's user namespace): only
-    // the caller's own ids. Mapping more would need newuidmap, or, from
-    // inside a user namespace, writing a map for libcontainer's
-    // non-dumpable processes, which the kernel refuses (EPERM).
+    if let Some(ids) = &host.rootless_ids {
+        if ids.engines {
+            if let Some(kept) = engines_mappings(cx, ids) {
+                return Ok(kept);
+            }
+        }
+        if let Some(all) = whole_namespace(cx, ids)? {
+            return Ok(all);
+        }
+    }
+    // Only the caller's own ids: outside a user namespace (the dry run of
+    // `runsbx harden`), or where runsbx's has no subordinate ids.
     Ok((
         vec![map(0, host.uid, 1)?],
         vec![map(0, host.gid, 1)?],
@@ -129,6 +137,64 @@ fn mappings(cx: &Cx) -> Result<Maps, PolicyError> {
             host.uid, host.gid
         ),
     ))
+}
+
+/// The engine's own mappings (rootless podman's `--userns keep-id`, say),
+/// kept when every range of them lies in one range of the engine's user
+/// namespace: such ids are all the caller's, and the engine laid out the
+/// image's files for them.
+fn engines_mappings(cx: &Cx, ids: &RootlessIds) -> Option<Maps> {
+    let linux = cx.spec.linux().as_ref()?;
+    let uids = linux.uid_mappings().clone().filter(|m| !m.is_empty())?;
+    let gids = linux.gid_mappings().clone().filter(|m| !m.is_empty())?;
+    let fits = |maps: &[LinuxIdMapping], ranges: &[IdRange]| {
+        maps.iter().all(|m| {
+            let end = u64::from(m.host_id()) + u64::from(m.size());
+            ranges
+                .iter()
+                .any(|r| m.host_id() >= r.base && end <= u64::from(r.base) + u64::from(r.size))
+        })
+    };
+    if !(fits(&uids, &ids.uids) && fits(&gids, &ids.gids)) {
+        return None;
+    }
+    let detail = format!(
+        "the engine's mappings, within its user namespace (the caller's ids): {}",
+        describe_host(&uids)
+    );
+    Some((uids, gids, detail))
+}
+
+/// Every id of runsbx's user namespace, as the same id in the sandbox's:
+/// container root is the caller, and the caller's subordinate ids are
+/// there for an image's other users. `None` unless the caller is root of
+/// that namespace, or when it maps nothing but the caller.
+fn whole_namespace(cx: &Cx, ids: &RootlessIds) -> Result<Option<Maps>, PolicyError> {
+    let host = cx.host;
+    let starts_at_root = |ranges: &[IdRange]| ranges.iter().any(|r| r.base == 0 && r.size > 0);
+    let only_root = |ranges: &[IdRange]| ranges.iter().map(|r| u64::from(r.size)).sum::<u64>() <= 1;
+    if host.uid != 0
+        || host.gid != 0
+        || !starts_at_root(&ids.uids)
+        || !starts_at_root(&ids.gids)
+        || (only_root(&ids.uids) && only_root(&ids.gids))
+    {
+        return Ok(None);
+    }
+    let identity = |ranges: &[IdRange]| {
+        ranges
+            .iter()
+            .filter(|r| r.size > 0)
+            .map(|r| map(r.base, r.base, r.size))
+            .collect::<Result<Vec<_>, _>>()
+    };
+    let uids = identity(&ids.uids)?;
+    let detail = format!(
+        "container ids {} are the same ids of runsbx's user namespace: container root is \
+         the caller, the others its subordinate ids",
+        describe(&uids)
+    );
+    Ok(Some((uids, identity(&ids.gids)?, detail)))
 }
 
 fn map(container: u32, host: u32, size: u32) -> Result<LinuxIdMapping, PolicyError> {

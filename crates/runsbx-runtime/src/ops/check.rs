@@ -16,7 +16,7 @@ pub struct Finding {
 pub fn host() -> Vec<Finding> {
     let facts = policy::host_facts(None);
     let cgroups = privilege::cgroup_layout();
-    vec![
+    let mut findings = vec![
         Finding {
             name: "user namespaces",
             ok: facts.user_namespaces,
@@ -69,5 +69,45 @@ pub fn host() -> Vec<Finding> {
                 "root: each sandbox's root is an unprivileged uid range of its own (idmapped image)".to_owned()
             },
         },
-    ]
+    ];
+    findings.extend(rootless_ids(&facts));
+    findings
+}
+
+/// Rootless: which ids a sandbox has besides container root. An image's
+/// other users (`USER 1000`, `--user`) need the caller's subordinate ids.
+fn rootless_ids(facts: &runsbx_policy::HostFacts) -> Option<Finding> {
+    let name = "rootless ids";
+    let ok = |detail: String| Finding {
+        name,
+        ok: true,
+        required: false,
+        detail,
+    };
+    if !facts.rootless {
+        return None;
+    }
+    // An engine's namespace (rootless podman's): what it maps is what there is.
+    if let Some(ids) = facts.rootless_ids.as_ref().filter(|ids| ids.engines) {
+        let count: u64 = ids.uids.iter().map(|r| u64::from(r.size)).sum();
+        return Some(ok(format!(
+            "inside an engine's user namespace: {count} uids can be mapped"
+        )));
+    }
+    let (uid, gid) = userns::userns_from().unwrap_or((facts.uid, facts.gid));
+    Some(match userns::Subordinate::of(uid, gid) {
+        Ok(ids) => ok(format!(
+            "your subordinate ids are mapped with newuidmap/newgidmap: {}",
+            ids.describe()
+        )),
+        Err(why) => Finding {
+            name,
+            ok: false,
+            required: false,
+            detail: format!(
+                "only your own uid and gid are mapped (container root), so images with another \
+                 USER cannot run: {why}"
+            ),
+        },
+    })
 }

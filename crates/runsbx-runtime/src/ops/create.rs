@@ -193,6 +193,8 @@ fn build_from(
         }
         _ => None,
     };
+    // Held open until libcontainer has joined it.
+    let _userns = userns::made_for(&mut spec)?;
     let effective = bundle::Effective::write(root, id, &source.dir, &spec, &report)?;
     if let Some(workspace) = req.workspace {
         workspace.give_to_root_of(&spec)?;

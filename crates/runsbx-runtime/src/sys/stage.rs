@@ -17,18 +17,18 @@
 //! view is made in runsbx's private mount namespace ([`private_view`]).
 
 use std::fs;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use libcontainer::oci_spec::runtime::Spec;
 use nix::mount::{mount, MsFlags};
-use nix::sys::wait::waitpid;
 use runsbx_policy::IdRange;
 
 use crate::error::{Result, RuntimeError};
 use crate::sys::layers::{self, EngineOverlay};
-use crate::sys::{fork, newmount};
+use crate::sys::newmount;
+use crate::sys::userns;
 
 pub(crate) const STAGE_ROOT: &str = "/run/runsbx-rootfs";
 
@@ -298,38 +298,7 @@ fn userns_for_upper(range: IdRange) -> Result<fs::File> {
 }
 
 fn userns_mapping(map: &str) -> Result<fs::File> {
-    let ctx = "a user namespace for the idmapped rootfs";
-    let pipe = || nix::unistd::pipe().map_err(|e| RuntimeError::sys(ctx, e));
-    let (ready_r, ready_w) = pipe()?;
-    let (done_r, done_w) = pipe()?;
-    // The child holds only its own ends, or the reads never end.
-    let child = fork::child(ctx, &[ready_r.as_fd(), done_w.as_fd()], || {
-        let ok = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_ok();
-        let _ = nix::unistd::write(&ready_w, &[u8::from(ok)]);
-        let mut b = [0u8; 1];
-        let _ = nix::unistd::read(done_r.as_raw_fd(), &mut b);
-        0
-    })?;
-    drop(ready_w);
-    drop(done_r);
-    let mut b = [0u8; 1];
-    let result = (|| {
-        nix::unistd::read(ready_r.as_raw_fd(), &mut b)?;
-        if b[0] != 1 {
-            return Err(nix::Error::EPERM);
-        }
-        for file in ["uid_map", "gid_map"] {
-            fs::write(format!("/proc/{child}/{file}"), map).map_err(io_errno)?;
-        }
-        fs::File::open(format!("/proc/{child}/ns/user")).map_err(io_errno)
-    })();
-    drop(done_w);
-    let _ = waitpid(child, None);
-    result.map_err(|e| RuntimeError::sys(ctx, e))
-}
-
-fn io_errno(e: std::io::Error) -> nix::Error {
-    nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+    userns::with_maps("a user namespace for the idmapped rootfs", map, map, false)
 }
 
 /// `tree` (a detached mount of a read-only rootfs) as a filesystem of its

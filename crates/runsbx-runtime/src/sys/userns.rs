@@ -3,13 +3,16 @@
 //! lookups joining one needs.
 
 use std::fs;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::io::Read;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
 
+use libcontainer::oci_spec::runtime::{LinuxIdMapping, LinuxNamespaceType, Spec};
 use nix::sched::{unshare, CloneFlags};
 use nix::unistd::{Gid, Pid, Uid};
 
 use crate::error::{Result, RuntimeError};
-use crate::sys::privilege;
+use crate::sys::{fork, privilege};
 
 /// Set on the re-executed runsbx: the uid and gid it ran as before it made
 /// its own user namespace, so that the spec's id mappings can be rewritten.
@@ -56,12 +59,18 @@ pub(crate) fn userns_from() -> Option<(u32, u32)> {
 
 fn enter_own_user_namespace(uid: u32, gid: u32) -> Result<()> {
     let ctx = |step: &str| format!("enter a user namespace of our own: {step}");
-    unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| {
-        RuntimeError::sys(
-            ctx("unshare(CLONE_NEWUSER) (are unprivileged user namespaces enabled? check sysctl user.max_user_namespaces and kernel.unprivileged_userns_clone)"),
-            e,
-        )
-    })?;
+    let unshare_user = || {
+        unshare(CloneFlags::CLONE_NEWUSER).map_err(|e| {
+            RuntimeError::sys(
+                ctx("unshare(CLONE_NEWUSER) (are unprivileged user namespaces enabled? check sysctl user.max_user_namespaces and kernel.unprivileged_userns_clone)"),
+                e,
+            )
+        })
+    };
+    if let Ok(ids) = Subordinate::of(uid, gid) {
+        return ids.map_after(unshare_user);
+    }
+    unshare_user()?;
     let write = |file: &str, text: String| {
         fs::write(format!("/proc/self/{file}"), text)
             .map_err(|e| RuntimeError::io(ctx(&format!("write /proc/self/{file}")), e))
@@ -69,6 +78,322 @@ fn enter_own_user_namespace(uid: u32, gid: u32) -> Result<()> {
     write("setgroups", "deny".to_owned())?;
     write("uid_map", format!("0 {uid} 1"))?;
     write("gid_map", format!("0 {gid} 1"))
+}
+
+/// The caller's subordinate ids (`/etc/subuid`, `/etc/subgid`) and the
+/// system's set-user-id helpers that may map them, as podman and crun use.
+pub(crate) struct Subordinate {
+    newuidmap: PathBuf,
+    newgidmap: PathBuf,
+    /// newuidmap's and newgidmap's mapping arguments: the caller as 0,
+    /// then each subordinate range from 1 on.
+    uid_args: Vec<String>,
+    gid_args: Vec<String>,
+}
+
+impl Subordinate {
+    /// The caller's ids and helpers, or why there are none (for `check`).
+    pub(crate) fn of(uid: u32, gid: u32) -> std::result::Result<Self, String> {
+        let name = nix::unistd::User::from_uid(Uid::from_raw(uid))
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+            .ok_or_else(|| format!("uid {uid} has no name in the user database"))?;
+        let ranges = |file: &str| {
+            let found =
+                subordinate_ranges(&fs::read_to_string(file).unwrap_or_default(), &name, uid);
+            if found.is_empty() {
+                Err(format!(
+                    "{file} gives user `{name}` no subordinate ids (usermod --add-subuids 100000-165535 \
+                     --add-subgids 100000-165535 {name})"
+                ))
+            } else {
+                Ok(found)
+            }
+        };
+        let (uids, gids) = (ranges("/etc/subuid")?, ranges("/etc/subgid")?);
+        let helper = |name: &str| {
+            find_helper(name)
+                .ok_or_else(|| format!("{name} is not installed (apt-get install uidmap)"))
+        };
+        Ok(Self {
+            newuidmap: helper("newuidmap")?,
+            newgidmap: helper("newgidmap")?,
+            uid_args: mapping_args(uid, &uids),
+            gid_args: mapping_args(gid, &gids),
+        })
+    }
+
+    /// The ranges, as newuidmap gets them.
+    pub(crate) fn describe(&self) -> String {
+        let ranges = |args: &[String]| {
+            args.chunks(3)
+                .skip(1)
+                .map(|c| format!("{}+{}", c[1], c[2]))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            "container ids 1 on are uids {} and gids {}",
+            ranges(&self.uid_args),
+            ranges(&self.gid_args)
+        )
+    }
+
+    /// Runs `enter` (which unshares this process's user namespace), while a
+    /// helper forked first, still outside, has newuidmap and newgidmap
+    /// write the new namespace's maps; returns once they have.
+    fn map_after(self, enter: impl FnOnce() -> Result<()>) -> Result<()> {
+        let ctx = "map the caller's subordinate ids with newuidmap/newgidmap";
+        let target = nix::unistd::getpid().to_string();
+        let pipe = || nix::unistd::pipe().map_err(|e| RuntimeError::sys(ctx, e));
+        let (go_r, go_w) = pipe()?;
+        let (err_r, err_w) = pipe()?;
+        let child = fork::child(ctx, &[go_w.as_fd(), err_r.as_fd()], || {
+            let mut b = [0u8; 1];
+            if nix::unistd::read(go_r.as_raw_fd(), &mut b) != Ok(1) {
+                return 1;
+            }
+            for (helper, args) in [
+                (&self.newuidmap, &self.uid_args),
+                (&self.newgidmap, &self.gid_args),
+            ] {
+                let failed = match std::process::Command::new(helper)
+                    .arg(&target)
+                    .args(args)
+                    .output()
+                {
+                    Ok(out) if out.status.success() => None,
+                    Ok(out) => Some(format!(
+                        "{} {}: {}",
+                        helper.display(),
+                        args.join(" "),
+                        String::from_utf8_lossy(&out.stderr).trim()
+                    )),
+                    Err(e) => Some(format!("{}: {e}", helper.display())),
+                };
+                if let Some(msg) = failed {
+                    let _ = nix::unistd::write(&err_w, msg.as_bytes());
+                    return 1;
+                }
+            }
+            0
+        })?;
+        drop(go_r);
+        drop(err_w);
+        let entered = enter();
+        // The helper maps only a namespace that exists; otherwise it sees
+        // EOF and leaves.
+        if entered.is_ok() {
+            let _ = nix::unistd::write(&go_w, b"g");
+        }
+        drop(go_w);
+        let mut msg = String::new();
+        let _ = fs::File::from(err_r).read_to_string(&mut msg);
+        let status = nix::sys::wait::waitpid(child, None);
+        entered?;
+        match status {
+            Ok(nix::sys::wait::WaitStatus::Exited(_, 0)) => Ok(()),
+            _ => Err(RuntimeError::Unsupported {
+                what: ctx.to_owned(),
+                reason: if msg.is_empty() {
+                    "the helper failed".to_owned()
+                } else {
+                    msg
+                },
+            }),
+        }
+    }
+}
+
+/// The ranges (start, count) `/etc/subuid`-style `text` gives the user
+/// `name` (or its numeric `uid`), in file order.
+fn subordinate_ranges(text: &str, name: &str, uid: u32) -> Vec<(u32, u32)> {
+    text.lines()
+        .filter_map(|line| {
+            let mut f = line.trim().split(':');
+            let (who, start, count) = (f.next()?, f.next()?, f.next()?);
+            if who != name && who.parse() != Ok(uid) {
+                return None;
+            }
+            let (start, count) = (start.parse().ok()?, count.parse::<u32>().ok()?);
+            (count > 0).then_some((start, count))
+        })
+        .collect()
+}
+
+/// newuidmap's arguments: `0 own 1`, then the ranges from container id 1.
+fn mapping_args(own: u32, ranges: &[(u32, u32)]) -> Vec<String> {
+    let mut args = vec!["0".to_owned(), own.to_string(), "1".to_owned()];
+    let mut next: u64 = 1;
+    for &(start, count) in ranges {
+        if next + u64::from(count) > u64::from(u32::MAX) {
+            break;
+        }
+        args.extend([next.to_string(), start.to_string(), count.to_string()]);
+        next += u64::from(count);
+    }
+    args
+}
+
+/// The set-user-id helper `name`, where the system installs it.
+fn find_helper(name: &str) -> Option<PathBuf> {
+    ["/usr/bin", "/bin", "/usr/sbin", "/usr/local/bin"]
+        .iter()
+        .map(|dir| Path::new(dir).join(name))
+        .find(|p| p.is_file())
+}
+
+/// Rootless, inside a user namespace: the ranges of ids it maps (as this
+/// process sees them), which a sandbox may map too.
+pub(crate) fn rootless_ids() -> Option<runsbx_policy::RootlessIds> {
+    if !privilege::in_user_namespace() {
+        return None;
+    }
+    let ranges = |file: &str| -> Option<Vec<runsbx_policy::IdRange>> {
+        fs::read_to_string(format!("/proc/self/{file}"))
+            .ok()?
+            .lines()
+            .map(|line| {
+                let mut f = line.split_whitespace().map(str::parse::<u32>);
+                let (inside, _outside, count) = (f.next()?.ok()?, f.next()?.ok()?, f.next()?.ok()?);
+                Some(runsbx_policy::IdRange {
+                    base: inside,
+                    size: count,
+                })
+            })
+            .collect()
+    };
+    Some(runsbx_policy::RootlessIds {
+        uids: ranges("uid_map")?,
+        gids: ranges("gid_map")?,
+        engines: userns_from().is_none(),
+    })
+}
+
+/// The sandbox's own user namespace, made by runsbx when its mappings
+/// have more than one line (a rootless sandbox that maps the caller's
+/// subordinate ids). libcontainer 0.7 writes such maps only by running a
+/// `newuidmap` it finds on PATH, which cannot work inside a user
+/// namespace (the helper's set-user-id owner is unmapped there) and whose
+/// failure it ignores. Here a forked child unshares the namespace and
+/// runsbx, with CAP_SETUID and CAP_SETGID over its own namespace, writes
+/// its maps whole; the spec then joins it at the path it is held open at
+/// (`/proc/self/fd/N`, valid in libcontainer's cloned children), as a
+/// pod's containers join their sandbox's. Keep the returned file until
+/// the container is built.
+pub(crate) fn made_for(spec: &mut Spec) -> Result<Option<fs::File>> {
+    let Some(linux) = spec.linux_mut() else {
+        return Ok(None);
+    };
+    let lines = |maps: &Option<Vec<LinuxIdMapping>>| maps.as_ref().map_or(0, Vec::len);
+    let creates_userns = linux
+        .namespaces()
+        .iter()
+        .flatten()
+        .any(|ns| ns.typ() == LinuxNamespaceType::User && ns.path().is_none());
+    if !privilege::rootless()
+        || !creates_userns
+        || (lines(linux.uid_mappings()) <= 1 && lines(linux.gid_mappings()) <= 1)
+    {
+        return Ok(None);
+    }
+    let text = |maps: &Option<Vec<LinuxIdMapping>>| {
+        maps.iter()
+            .flatten()
+            .map(|m| format!("{} {} {}\n", m.container_id(), m.host_id(), m.size()))
+            .collect::<String>()
+    };
+    let held = with_maps(
+        "the sandbox's user namespace",
+        &text(linux.uid_mappings()),
+        &text(linux.gid_mappings()),
+        // Supplementary groups are set by the container's init, which needs
+        // setgroups; without any, nobody in the sandbox ever may.
+        !has_additional_gids(spec),
+    )?;
+    // The sandbox starts with no supplementary group of its caller's
+    // (the init sets the spec's own): they would be container ids in it.
+    // Where the caller's namespace denies setgroups there are none to drop
+    // but the caller's own gid, which is container root's group anyway.
+    let _ = nix::unistd::setgroups(&[]);
+    let path = PathBuf::from(format!("/proc/self/fd/{}", held.as_raw_fd()));
+    if let Some(namespaces) = spec
+        .linux_mut()
+        .as_mut()
+        .and_then(|l| l.namespaces_mut().as_mut())
+    {
+        for ns in namespaces
+            .iter_mut()
+            .filter(|ns| ns.typ() == LinuxNamespaceType::User)
+        {
+            ns.set_path(Some(path.clone()));
+        }
+    }
+    Ok(Some(held))
+}
+
+fn has_additional_gids(spec: &Spec) -> bool {
+    spec.process()
+        .as_ref()
+        .and_then(|p| p.user().additional_gids().as_ref())
+        .is_some_and(|g| !g.is_empty())
+}
+
+/// A new user namespace with these maps (whole, in one write each): a
+/// forked child unshares it, runsbx writes its maps, keeps an fd to it,
+/// and lets the child go.
+pub(crate) fn with_maps(
+    ctx: &str,
+    uid_map: &str,
+    gid_map: &str,
+    deny_setgroups: bool,
+) -> Result<fs::File> {
+    let pipe = || nix::unistd::pipe().map_err(|e| RuntimeError::sys(ctx, e));
+    let (ready_r, ready_w) = pipe()?;
+    let (done_r, done_w) = pipe()?;
+    // The child holds only its own ends, or the reads never end.
+    let child = fork::child(ctx, &[ready_r.as_fd(), done_w.as_fd()], || {
+        let ok = unshare(CloneFlags::CLONE_NEWUSER).is_ok();
+        let _ = nix::unistd::write(&ready_w, &[u8::from(ok)]);
+        let mut b = [0u8; 1];
+        let _ = nix::unistd::read(done_r.as_raw_fd(), &mut b);
+        0
+    })?;
+    drop(ready_w);
+    drop(done_r);
+    let mut b = [0u8; 1];
+    let result = (|| {
+        nix::unistd::read(ready_r.as_raw_fd(), &mut b).map_err(|e| (String::new(), e))?;
+        if b[0] != 1 {
+            return Err(("unshare(CLONE_NEWUSER)".to_owned(), nix::Error::EPERM));
+        }
+        let write = |file: &str, text: &str| {
+            fs::write(format!("/proc/{child}/{file}"), text)
+                .map_err(|e| (format!("write {file} {text:?}"), io_errno(e)))
+        };
+        if deny_setgroups {
+            write("setgroups", "deny")?;
+        }
+        write("uid_map", uid_map)?;
+        write("gid_map", gid_map)?;
+        fs::File::open(format!("/proc/{child}/ns/user"))
+            .map_err(|e| ("open its ns/user".to_owned(), io_errno(e)))
+    })();
+    drop(done_w);
+    let _ = nix::sys::wait::waitpid(child, None);
+    result.map_err(|(step, e)| {
+        let what = if step.is_empty() {
+            ctx.to_owned()
+        } else {
+            format!("{ctx}: {step}")
+        };
+        RuntimeError::sys(what, e)
+    })
+}
+
+fn io_errno(e: std::io::Error) -> nix::Error {
+    nix::Error::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 /// The uid runsbx was invoked as: before it re-executed itself in a user

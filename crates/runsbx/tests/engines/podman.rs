@@ -404,20 +404,17 @@ fn podman_default_network_and_deadline() {
     );
 }
 
-/// Root podman with its default overlay storage: an image whose `USER` is
-/// 1000 keeps its files' owners (a 0600 file of 1000's is readable, its
-/// WORKDIR writable, `ls -ln` shows the image's ids), the container's own
-/// layer takes writes, and the sandbox's ids are still its own unprivileged
-/// range, never host root.
-#[test]
-fn podman_overlay_keeps_owners_and_a_writable_layer() {
-    if !kit::is_root() {
-        skip!("the overlay rootfs rebuilt over idmapped layers is a root path");
-    }
+/// podman with its default overlay storage, as root and rootless: an
+/// image whose `USER` is 1000 keeps its files' owners (a 0600 file of
+/// 1000's is readable, its WORKDIR writable, `ls -ln` shows the image's
+/// ids), the container's own layer takes writes, and the sandbox's ids are
+/// unprivileged host ids, never host root: as root its own range (the
+/// rootfs rebuilt over idmapped layers), rootless the caller's subordinate
+/// ids (mapped with newuidmap).
+fn podman_overlay_keeps_owners_and_a_writable_layer(fx: Fixture) {
     if !kit::have("podman") {
         skip!("podman is not installed (apt-get install podman)");
     }
-    let fx = Fixture::new(RUNSBX, Who::Root);
     let podman = Podman::with_overlay(&fx);
     // The busybox rootfs, with /home/app owned by 1000 (0700) holding a
     // 0600 file, as `RUN chown` in a Containerfile would leave it.
@@ -475,17 +472,54 @@ fn podman_overlay_keeps_owners_and_a_writable_layer() {
             .any(|l| l.starts_with("drwx------") && l.contains(" 1000 ") && l.ends_with(" app")),
         "the image's owners: {out:?}"
     );
-    // Container root is host id >= 1000000000: the sandbox's own range.
-    let map: Vec<u64> = lines
-        .last()
-        .unwrap()
-        .split_whitespace()
-        .map(|n| n.parse().unwrap())
-        .collect();
-    assert_eq!(map[0], 0, "{out:?}");
-    assert!(map[1] >= 1_000_000_000, "{out:?}");
     // Success says nothing on stderr (no warning about id shifting).
     assert!(!out.stderr.contains("idmapped"), "{out:?}");
+
+    // Seen from the host, the image's user 1000 is an unprivileged id.
+    let bin = fx.bin();
+    let rt = ["--runtime", bin.to_str().unwrap()];
+    let out = podman.run(
+        &[
+            &rt[..],
+            &[
+                "run",
+                "-d",
+                "--name",
+                "owner",
+                "--network",
+                "none",
+                image,
+                "sleep",
+                "1000",
+            ],
+        ]
+        .concat(),
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = podman.run(&["inspect", "--format", "{{.State.Pid}}", "owner"]);
+    let pid = out
+        .stdout
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{out:?}"));
+    let host_uid = kit::host_uid_of(pid);
+    match &fx.who {
+        // The sandbox's own range.
+        Who::Root => assert!(host_uid >= 1_000_000_000 + 1000, "host uid {host_uid}"),
+        // Container id n (n >= 1) is the n-th subordinate id.
+        Who::User(u) => {
+            let (start, count) = kit::subordinate_uids(&u.name).expect("the test user's subuids");
+            assert_eq!(
+                host_uid,
+                u64::from(start) + 999,
+                "host uid {host_uid} (subuids {start}+{count})"
+            );
+        }
+    }
+    podman.run(&[&rt[..], &["kill", "owner"]].concat()).ok();
+    podman
+        .run(&[&rt[..], &["rm", "--force", "owner"]].concat())
+        .ok();
 
     // Root in the container writes to the image's files: into its own
     // layer, with the owners the files had.
@@ -514,6 +548,7 @@ fn podman_overlay_keeps_owners_and_a_writable_layer() {
     }
     fx.assert_clean();
 }
+as_root_and_rootless!(RUNSBX, podman_overlay_keeps_owners_and_a_writable_layer: podman_overlay_as_root, podman_overlay_rootless);
 
 /// `--tmpfs` (podman asks for `tmpcopyup`) and `--read-only` (its tmpfs on
 /// /run, /tmp and /var/tmp): the tmpfs starts with the image's content at
