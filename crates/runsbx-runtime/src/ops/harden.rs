@@ -10,6 +10,9 @@ use crate::sys::privilege;
 /// The sandbox as the policy decides it: what `create` runs, and what
 /// `runsbx harden` shows.
 pub fn harden_bundle(bundle: &Path, config: Option<&Path>) -> Result<runsbx_policy::Hardened> {
+    // Rootless, in the user namespace create would run in, so that the
+    // mappings shown are the ones a create gets.
+    crate::sys::userns::reexec_in_own_userns()?;
     let source = bundle::load(bundle)?;
     let policy = Policy::load(config)?;
     // As root a real create allocates a range; the dry run shows the first.

@@ -1,6 +1,8 @@
 //! runsbx's own user namespace, for an unprivileged caller on a host where
-//! it cannot make cgroups (see cgroupless.rs), and the user-namespace
-//! lookups joining one needs.
+//! it cannot make cgroups (see cgroupless.rs), with the caller's
+//! subordinate ids where the system's newuidmap/newgidmap give them; a
+//! sandbox's user namespace when its maps have more than one line; and the
+//! user-namespace lookups joining one needs.
 
 use std::fs;
 use std::io::Read;
@@ -430,4 +432,32 @@ pub(crate) fn parent_ns(ns: &fs::File) -> nix::Result<OwnedFd> {
     }
     // SAFETY: the kernel just returned this fd to us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subordinate_ranges_are_the_users_by_name_or_uid_in_file_order() {
+        let text = "other:100000:65536\nalice:200000:65536\n# comment\n1001:300000:1000\nalice:400000:0\nalice:bad:1\n";
+        assert_eq!(
+            subordinate_ranges(text, "alice", 1001),
+            [(200_000, 65_536), (300_000, 1000)]
+        );
+        assert!(subordinate_ranges(text, "bob", 1002).is_empty());
+    }
+
+    #[test]
+    fn mapping_args_put_the_caller_at_0_and_the_ranges_from_1() {
+        assert_eq!(
+            mapping_args(1001, &[(200_000, 65_536), (300_000, 1000)]).join(" "),
+            "0 1001 1 1 200000 65536 65537 300000 1000"
+        );
+        // Container ids never wrap past the last valid id.
+        assert_eq!(
+            mapping_args(5, &[(1, u32::MAX - 1), (9, 9)]).join(" "),
+            "0 5 1 1 1 4294967294"
+        );
+    }
 }
