@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages runsbx builds and is tested with. As root.
-# protobuf-compiler builds the CRI client of the engine tests; containernetworking-
-# plugins and docker.io are what its containerd and dockerd tests drive.
+# catatonit is podman's `--init`; protobuf-compiler builds the CRI client of
+# the engine tests; containernetworking-plugins and docker.io are what its
+# containerd and dockerd tests drive.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
@@ -9,5 +10,5 @@ apt-get install -y -q --no-install-recommends \
     build-essential pkg-config libseccomp-dev \
     busybox-static debootstrap python3 python3-pip procps iproute2 tar passwd \
     podman conmon containerd runc crun \
-    uidmap slirp4netns fuse-overlayfs bubblewrap \
+    uidmap slirp4netns fuse-overlayfs bubblewrap catatonit \
     protobuf-compiler containernetworking-plugins docker.io

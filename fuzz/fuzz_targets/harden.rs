@@ -3,7 +3,9 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use runsbx_policy::{harden, verify, HostFacts, IdRange, Profile, RootlessIds};
+use runsbx_policy::{
+    harden, verify, EngineBind, EngineBindKind, HostFacts, IdRange, Profile, RootlessIds,
+};
 
 fn host(rootless: bool) -> HostFacts {
     HostFacts {
@@ -28,6 +30,18 @@ fn host(rootless: bool) -> HostFacts {
             gids: vec![IdRange { base: 0, size: 65_537 }],
             engines: true,
         }),
+        // Whatever the fuzzed spec binds at an init path or /data counts as
+        // the engine's own.
+        engine_binds: vec![
+            EngineBind {
+                destination: "/sbin/docker-init".into(),
+                kind: EngineBindKind::SystemFile,
+            },
+            EngineBind {
+                destination: "/data".into(),
+                kind: EngineBindKind::Volume,
+            },
+        ],
     }
 }
 

@@ -61,6 +61,27 @@ pub struct HostFacts {
     /// Rootless, in a user namespace: the ids that namespace maps, which a
     /// sandbox may map too. `None` outside one: only `uid`/`gid`.
     pub rootless_ids: Option<RootlessIds>,
+    /// Bind mounts the runtime found to be an engine's own: its init, or a
+    /// named volume in its storage. Never set from a spec or an annotation.
+    pub engine_binds: Vec<EngineBind>,
+}
+
+/// A bind mount of the spec (by destination) and what the runtime found
+/// its source to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EngineBind {
+    pub destination: std::path::PathBuf,
+    pub kind: EngineBindKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineBindKind {
+    /// A single regular file owned by root (rootless: by the caller) that
+    /// no one else may write: a system binary such as an engine's init.
+    SystemFile,
+    /// A directory `<storage>/volumes/<name>/_data` of the engine storage
+    /// that holds the container's rootfs, where no other user may enter.
+    Volume,
 }
 
 /// The ids of the user namespace a rootless runsbx runs in: the caller's
@@ -159,6 +180,10 @@ pub struct Hardened {
     /// the spec): the runtime copies the image's content at each of these
     /// destinations into the new tmpfs before the process starts.
     pub tmpcopyup: Vec<std::path::PathBuf>,
+    /// The bind mounts that are the engine's named volumes (destinations):
+    /// as root the runtime binds them idmapped into the sandbox's range,
+    /// so that what the engine's root owns is container root's.
+    pub engine_volumes: Vec<std::path::PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]

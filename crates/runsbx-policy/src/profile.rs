@@ -33,6 +33,16 @@ pub struct Profile {
     /// whose spec asks for a writable one (the stricter choice: `apt-get
     /// install`, image builds and writes outside /tmp then fail).
     pub readonly_rootfs: bool,
+    /// Whether an engine's init (`podman run --init`'s catatonit, `docker
+    /// run --init`'s tini) may be bound in: a single regular file owned by
+    /// root that no one else may write, read-only, at the path the engine
+    /// runs as the container's process.
+    pub engine_init: bool,
+    /// Whether an engine's named volumes may be bound in, writable as the
+    /// engine asks: a directory `<storage>/volumes/<name>/_data` of the
+    /// engine storage that holds the container's own rootfs, which no other
+    /// user may enter. Never `suid` or `dev`.
+    pub engine_volumes: bool,
     /// Destinations at which a host bind mount is allowed (read-only).
     pub bind_mounts: Vec<PathBuf>,
     pub proc: ProcMode,
@@ -64,6 +74,8 @@ impl Default for Profile {
             namespace_join: false,
             unshifted_rootfs: false,
             readonly_rootfs: false,
+            engine_init: false,
+            engine_volumes: false,
             bind_mounts: Vec::new(),
             proc: ProcMode::Minimal,
             tmpfs: BTreeMap::new(),
@@ -300,6 +312,8 @@ impl Profile {
             && (!self.namespace_join || other.namespace_join)
             && (!self.unshifted_rootfs || other.unshifted_rootfs)
             && (self.readonly_rootfs || !other.readonly_rootfs)
+            && (!self.engine_init || other.engine_init)
+            && (!self.engine_volumes || other.engine_volumes)
             && self.limits.min(other.limits) == self.limits
     }
 }

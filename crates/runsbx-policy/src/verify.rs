@@ -7,9 +7,9 @@ use std::path::Path;
 use oci_spec::runtime::Spec;
 
 use crate::harden::{
-    is_bind_mount, ENGINE_FILES, REQUIRED_NAMESPACES, WORKSPACE, WORKSPACE_OPTIONS,
+    engine_bind_in, is_bind_mount, ENGINE_FILES, REQUIRED_NAMESPACES, WORKSPACE, WORKSPACE_OPTIONS,
 };
-use crate::{HostFacts, PolicyError, Profile};
+use crate::{EngineBindKind, HostFacts, PolicyError, Profile};
 
 /// Whether `path` is where the runtime holds a namespace of type `typ` of
 /// the container's pod sandbox, verified (see [`crate::PodJoin`]).
@@ -120,10 +120,18 @@ pub fn verify(spec: &Spec, profile: &Profile, host: &HostFacts) -> Result<(), Po
                 ));
             }
         } else if is_bind_mount(m) {
-            let allowed = ENGINE_FILES.iter().any(|f| Path::new(f) == dest)
-                || profile.bind_mounts.iter().any(|b| b == dest);
-            let ro = m.options().iter().flatten().any(|o| o == "ro");
-            if !allowed || !ro {
+            let options = m.options().clone().unwrap_or_default();
+            let has = |o: &str| options.iter().any(|x| x == o);
+            let allowed = match engine_bind_in(spec, profile, host, m) {
+                Some(EngineBindKind::Volume) => has("nosuid") && has("nodev"),
+                Some(EngineBindKind::SystemFile) => has("ro") && has("nosuid") && has("nodev"),
+                None => {
+                    (ENGINE_FILES.iter().any(|f| Path::new(f) == dest)
+                        || profile.bind_mounts.iter().any(|b| b == dest))
+                        && has("ro")
+                }
+            };
+            if !allowed {
                 return fail(format!(
                     "bind mount at {dest:?} is not an allowed read-only one"
                 ));

@@ -122,6 +122,7 @@ pub fn host_facts(id_range: Option<IdRange>) -> HostFacts {
         rootfs_container_layer: false,
         pod: None,
         rootless_ids: crate::sys::userns::rootless_ids(),
+        engine_binds: Vec::new(),
     }
 }
 
@@ -165,6 +166,7 @@ pub fn apply(
         rootfs_container_layer: spec.root().as_ref().and_then(|r| r.readonly()) != Some(true)
             && crate::sys::layers::is_container_layer(&spec),
         pod,
+        engine_binds: crate::sandbox::engine_binds::of(&spec),
         ..host_facts(id_range)
     };
     let (hardened, profile) = match overrides {

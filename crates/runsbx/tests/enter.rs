@@ -129,12 +129,23 @@ fn exec_refusals(fx: Fixture) {
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("CapEff:\t0000000000000000"), "{out:?}");
 
-    // The sandbox maps one id rootless, 65536 as root.
+    // The sandbox maps 65536 ids as root; rootless the caller's own and its
+    // 65536 subordinate ids.
     for user in ["70000", "0:70000"] {
         let out = fx.run(["exec", "--user", user, "c1", "true"]);
         assert_eq!(out.code, 3, "{out:?}");
         assert!(out.stderr.contains("is not mapped"), "{out:?}");
     }
+
+    // A working directory the container lacks, said plainly, once.
+    let out = fx.run(["exec", "--cwd", "/nope", "c1", "true"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    let cause = "exec: working directory \"/nope\": does not exist in container `c1`";
+    assert!(
+        out.stderr.starts_with(&format!("runsbx: error: {cause}")),
+        "{out:?}"
+    );
+    assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
 
     fx.run(["kill", "c1", "KILL"]).ok();
     fx.wait_status("c1", "stopped");

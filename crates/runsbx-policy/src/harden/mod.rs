@@ -15,7 +15,7 @@ use oci_spec::runtime::Spec;
 
 pub use egress::{proxy_env, EgressPlan, PROXY_PORT};
 pub use mounts::is_bind as is_bind_mount;
-pub(crate) use mounts::{ENGINE_FILES, WORKSPACE, WORKSPACE_OPTIONS};
+pub(crate) use mounts::{engine_bind_in, ENGINE_FILES, WORKSPACE, WORKSPACE_OPTIONS};
 pub(crate) use namespaces::REQUIRED as REQUIRED_NAMESPACES;
 pub(crate) use reject::has_hooks;
 
@@ -69,6 +69,7 @@ fn apply_all(
         egress,
         unshifted_rootfs: profile.unshifted_rootfs,
         tmpcopyup: cx.tmpcopyup,
+        engine_volumes: cx.engine_volumes,
     })
 }
 
@@ -105,6 +106,8 @@ pub(crate) struct Cx<'a> {
     pub attestation: Vec<Layer>,
     /// tmpfs destinations to fill with the image's content.
     pub tmpcopyup: Vec<std::path::PathBuf>,
+    /// Destinations of the engine's named volumes the profile allowed.
+    pub engine_volumes: Vec<std::path::PathBuf>,
 }
 
 impl<'a> Cx<'a> {
@@ -117,6 +120,7 @@ impl<'a> Cx<'a> {
             changes: Vec::new(),
             attestation: Vec::new(),
             tmpcopyup: Vec::new(),
+            engine_volumes: Vec::new(),
         }
     }
 

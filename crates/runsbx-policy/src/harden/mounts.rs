@@ -3,10 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use oci_spec::runtime::{Mount, MountBuilder};
+use oci_spec::runtime::{Mount, MountBuilder, Spec};
 
 use super::{userns, Cx};
-use crate::PolicyError;
+use crate::{EngineBindKind, HostFacts, PolicyError, Profile};
 
 /// Files container engines bind into every container. They hold nothing
 /// secret (names, resolver, engine marker), and engines break without them;
@@ -18,6 +18,10 @@ pub(crate) const ENGINE_FILES: &[&str] = &[
     "/run/.containerenv",
     "/dev/termination-log",
 ];
+
+/// Where engines bind their init and run it as the container's process:
+/// podman (`--init`, catatonit) and docker (`--init`, tini).
+pub(crate) const INIT_PATHS: &[&str] = &["/run/podman-init", "/sbin/docker-init"];
 
 /// Where a tool call's working directory is.
 pub(crate) const WORKSPACE: &str = "/workspace";
@@ -76,18 +80,36 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
             writable.unwrap_or("the rootfs is writable"),
         );
     }
-    let binds: Vec<String> = cx
+    let bind_mounts: Vec<Mount> = cx
         .spec
         .mounts()
         .iter()
         .flatten()
         .filter(|m| is_bind(m))
-        .map(|m| m.destination().display().to_string())
+        .cloned()
         .collect();
-    let engine_only = binds
-        .iter()
-        .all(|d| ENGINE_FILES.contains(&d.as_str()) || is_call_workspace(cx.host, d));
-    let detail = match (binds.is_empty(), cx.host.call_workspace.is_some()) {
+    let (mut binds, mut volumes) = (Vec::new(), Vec::new());
+    for m in &bind_mounts {
+        let dest = m.destination().display().to_string();
+        match engine_bind(cx, m) {
+            Some(EngineBindKind::Volume) => {
+                cx.engine_volumes.push(m.destination().clone());
+                volumes.push(dest);
+            }
+            Some(EngineBindKind::SystemFile) => binds.push(format!("{dest} (the engine's init)")),
+            None => binds.push(dest),
+        }
+    }
+    // A named volume is a host directory containers share: said, and the
+    // layer is not claimed in force with one.
+    let engine_only = volumes.is_empty()
+        && bind_mounts.iter().all(|m| {
+            let d = m.destination().display().to_string();
+            ENGINE_FILES.contains(&d.as_str())
+                || is_call_workspace(cx.host, &d)
+                || engine_bind(cx, m).is_some()
+        });
+    let mut detail = match (binds.is_empty(), cx.host.call_workspace.is_some()) {
         (true, _) => "no host path is mounted".to_owned(),
         (false, true) => format!(
             "binds: {} (/workspace is this call's own fresh tmpfs)",
@@ -95,6 +117,12 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
         ),
         (false, false) => format!("read-only binds: {}", binds.join(", ")),
     };
+    if !volumes.is_empty() {
+        detail = format!(
+            "{detail}; the engine's named volumes, writable: {}",
+            volumes.join(", ")
+        );
+    }
     cx.attest("no_host_mounts", engine_only, detail);
     Ok(())
 }
@@ -150,14 +178,29 @@ fn keep(cx: &mut Cx, m: &Mount) -> Result<Option<Mount>, PolicyError> {
         if cx.profile.tmpfs.contains_key(dest) {
             return Ok(None); // replaced by the profile's own tmpfs
         }
+        // Rootless buildah binds the host's /sys where it cannot mount a
+        // sysfs: no /sys, as for a sysfs mount below.
+        if dest == Path::new("/sys") && m.source().as_deref() == Some(Path::new("/sys")) {
+            return Ok(None);
+        }
+        if let Some(kind) = engine_bind(cx, m) {
+            return Ok(Some(engine_bind_options(m, kind)));
+        }
         let engine_file = ENGINE_FILES.iter().any(|f| Path::new(f) == dest);
         if !engine_file && !cx.profile.bind_mounts.iter().any(|b| b == dest) {
+            // What the profile would need: its engine key for an engine's
+            // own init or volume, else the destination itself.
+            let key = match cx.host.engine_binds.iter().find(|b| b.destination == *dest) {
+                Some(b) if b.kind == EngineBindKind::Volume => "engine_volumes = true".to_owned(),
+                Some(_) if is_init(&cx.spec, dest) => "engine_init = true".to_owned(),
+                _ => format!("bind_mounts = [{dest:?}]"),
+            };
             return Err(cx.refused(
                 format!(
                     "bind mount of host path {:?} at {dest:?}",
                     m.source().clone().unwrap_or_default()
                 ),
-                format!("bind_mounts = [{dest:?}]"),
+                key,
             ));
         }
         let mut m = m.clone();
@@ -224,6 +267,68 @@ fn keep(cx: &mut Cx, m: &Mount) -> Result<Option<Mount>, PolicyError> {
             "nothing: runsbx mounts only tmpfs, devpts, mqueue, its own proc and allowed binds",
         )),
     }
+}
+
+/// The kind of engine bind `m` is, when the runtime found its source to be
+/// one and the profile allows that kind: an init is a system file at an
+/// engine's init path that the process runs.
+pub(crate) fn engine_bind_in(
+    spec: &Spec,
+    profile: &Profile,
+    host: &HostFacts,
+    m: &Mount,
+) -> Option<EngineBindKind> {
+    let dest = m.destination();
+    let found = host.engine_binds.iter().find(|b| b.destination == *dest)?;
+    match found.kind {
+        EngineBindKind::SystemFile if profile.engine_init && is_init(spec, dest) => {
+            Some(found.kind)
+        }
+        EngineBindKind::Volume if profile.engine_volumes => Some(found.kind),
+        _ => None,
+    }
+}
+
+fn engine_bind(cx: &Cx, m: &Mount) -> Option<EngineBindKind> {
+    engine_bind_in(&cx.spec, cx.profile, cx.host, m)
+}
+
+/// `dest` is where an engine puts its init, and the process runs it.
+fn is_init(spec: &Spec, dest: &Path) -> bool {
+    INIT_PATHS.iter().any(|p| Path::new(p) == dest)
+        && spec
+            .process()
+            .as_ref()
+            .and_then(|p| p.args().as_ref())
+            .and_then(|a| a.first())
+            .is_some_and(|a| Path::new(a) == dest)
+}
+
+/// An init is read-only and executable; a volume is writable when the
+/// engine asks. Neither honours set-user-id bits or device files.
+fn engine_bind_options(m: &Mount, kind: EngineBindKind) -> Mount {
+    let (forced, dropped): (&[&str], &[&str]) = match kind {
+        EngineBindKind::SystemFile => (
+            &["ro", "nosuid", "nodev"],
+            &["rw", "suid", "dev", "rbind", "shared", "rshared"],
+        ),
+        EngineBindKind::Volume => (
+            &["nosuid", "nodev"],
+            &["suid", "dev", "rbind", "shared", "rshared"],
+        ),
+    };
+    let mut m = m.clone();
+    let mut options: Vec<String> = m
+        .options()
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|o| !dropped.contains(&o.as_str()) && !forced.contains(&o.as_str()) && o != "bind")
+        .collect();
+    options.insert(0, "bind".to_owned());
+    options.extend(forced.iter().map(|o| (*o).to_owned()));
+    m.set_options(Some(options));
+    m
 }
 
 fn tmpfs(dest: &Path, size: u64) -> Result<Mount, PolicyError> {

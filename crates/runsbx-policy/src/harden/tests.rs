@@ -9,7 +9,10 @@ use oci_spec::runtime::{
 };
 use proptest::prelude::*;
 
-use crate::{harden, verify, HostFacts, IdRange, PolicyError, Profile, RootlessIds};
+use crate::{
+    harden, verify, EngineBind, EngineBindKind, HostFacts, IdRange, PolicyError, Profile,
+    RootlessIds,
+};
 
 pub(crate) fn as_root() -> HostFacts {
     HostFacts {
@@ -28,6 +31,7 @@ pub(crate) fn as_root() -> HostFacts {
         rootfs_container_layer: false,
         pod: None,
         rootless_ids: None,
+        engine_binds: Vec::new(),
     }
 }
 
@@ -247,7 +251,7 @@ fn verify_refuses_a_mapping_of_ids_that_are_not_the_sandboxs() {
         let mut out = harden(load("podman.json"), &profile(), &host).unwrap();
         assert!(verify(&out.spec, &profile(), &host).is_ok());
         let mut linux = out.spec.linux().clone().unwrap();
-        linux.set_uid_mappings(Some(vec![host_root.clone()]));
+        linux.set_uid_mappings(Some(vec![host_root]));
         out.spec.set_linux(Some(linux));
         let err = verify(&out.spec, &profile(), &host).unwrap_err();
         assert!(err.to_string().contains("not this sandbox's"), "{err}");
@@ -266,6 +270,163 @@ fn root_maps_an_unprivileged_range_never_host_root() {
     {
         assert!(m.host_id() >= 1_000_000_000, "{m:?}");
     }
+}
+
+fn with_bind(mut spec: Spec, dest: &str, source: &str, options: &[&str]) -> Spec {
+    let mut mounts = spec.mounts().clone().unwrap();
+    mounts.push(
+        MountBuilder::default()
+            .destination(dest)
+            .typ("bind")
+            .source(source)
+            .options(options.iter().map(|o| (*o).to_owned()).collect::<Vec<_>>())
+            .build()
+            .unwrap(),
+    );
+    spec.set_mounts(Some(mounts));
+    spec
+}
+
+fn with_engine_bind(host: HostFacts, dest: &str, kind: EngineBindKind) -> HostFacts {
+    HostFacts {
+        engine_binds: vec![EngineBind {
+            destination: PathBuf::from(dest),
+            kind,
+        }],
+        ..host
+    }
+}
+
+fn mount_at<'a>(spec: &'a Spec, dest: &str) -> &'a oci_spec::runtime::Mount {
+    spec.mounts()
+        .iter()
+        .flatten()
+        .find(|m| m.destination() == Path::new(dest))
+        .unwrap()
+}
+
+#[test]
+fn an_engines_init_is_bound_read_only_where_the_process_runs_it() {
+    let init = |args0: &str| {
+        let mut spec = with_bind(
+            load("podman.json"),
+            "/run/podman-init",
+            "/usr/libexec/podman/catatonit",
+            &["bind", "private", "rw", "suid"],
+        );
+        let mut process = spec.process().clone().unwrap();
+        process.set_args(Some(vec![
+            args0.to_owned(),
+            "--".to_owned(),
+            "sh".to_owned(),
+        ]));
+        spec.set_process(Some(process));
+        spec
+    };
+    let host = with_engine_bind(as_root(), "/run/podman-init", EngineBindKind::SystemFile);
+    let out = harden(init("/run/podman-init"), &profile(), &host).unwrap();
+    let options = mount_at(&out.spec, "/run/podman-init")
+        .options()
+        .clone()
+        .unwrap();
+    for o in ["ro", "nosuid", "nodev"] {
+        assert!(options.iter().any(|x| x == o), "{options:?}");
+    }
+    for o in ["rw", "suid", "noexec"] {
+        assert!(!options.iter().any(|x| x == o), "{options:?}");
+    }
+    let l = layer(&out, "no_host_mounts");
+    assert!(
+        l.in_force && l.detail.contains("/run/podman-init (the engine's init)"),
+        "{l:?}"
+    );
+    verify(&out.spec, &profile(), &host).unwrap();
+
+    // The profile says no: refused, naming the key.
+    let mut strict = profile();
+    strict.engine_init = false;
+    let err = harden(init("/run/podman-init"), &strict, &host).unwrap_err();
+    assert!(err.to_string().contains("`engine_init = true`"), "{err}");
+    // Not what the process runs, or not a file the runtime vouched for:
+    // any other host bind, refused as one.
+    for (spec, host) in [
+        (init("/bin/sh"), host.clone()),
+        (init("/run/podman-init"), as_root()),
+    ] {
+        let err = harden(spec, &profile(), &host).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("bind_mounts = [\"/run/podman-init\"]"),
+            "{err}"
+        );
+    }
+}
+
+#[test]
+fn a_bind_of_the_hosts_sys_is_dropped_like_a_sysfs() {
+    // Rootless buildah's RUN steps ask for it.
+    let spec = with_bind(load("podman.json"), "/sys", "/sys", &["rbind", "ro"]);
+    for host in [as_root(), rootless()] {
+        let out = harden(spec.clone(), &profile(), &host).unwrap();
+        assert!(
+            !out.spec
+                .mounts()
+                .iter()
+                .flatten()
+                .any(|m| m.destination() == Path::new("/sys")),
+            "{:?}",
+            out.spec.mounts()
+        );
+    }
+    // Another source at /sys is a host bind like any other.
+    let spec = with_bind(load("podman.json"), "/sys", "/etc", &["rbind", "ro"]);
+    let err = harden(spec, &profile(), &as_root()).unwrap_err();
+    assert!(err.to_string().contains("bind_mounts"), "{err}");
+}
+
+#[test]
+fn an_engines_named_volume_is_writable_never_suid_and_said() {
+    let spec = || {
+        with_bind(
+            load("containerd.json"),
+            "/data",
+            "/var/lib/docker/volumes/v/_data",
+            &["rbind", "rw", "suid", "dev"],
+        )
+    };
+    for base in [as_root(), rootless()] {
+        let host = with_engine_bind(base, "/data", EngineBindKind::Volume);
+        let out = harden(spec(), &profile(), &host).unwrap();
+        let options = mount_at(&out.spec, "/data").options().clone().unwrap();
+        for o in ["bind", "rw", "nosuid", "nodev"] {
+            assert!(options.iter().any(|x| x == o), "{options:?}");
+        }
+        for o in ["ro", "suid", "dev", "rbind"] {
+            assert!(!options.iter().any(|x| x == o), "{options:?}");
+        }
+        let l = layer(&out, "no_host_mounts");
+        assert!(
+            !l.in_force && l.detail.contains("named volumes, writable: /data"),
+            "{l:?}"
+        );
+        verify(&out.spec, &profile(), &host).unwrap();
+        let mut strict = profile();
+        strict.engine_volumes = false;
+        let err = harden(spec(), &strict, &host).unwrap_err();
+        assert!(err.to_string().contains("`engine_volumes = true`"), "{err}");
+    }
+    // A volume mount that lost nosuid fails verification.
+    let host = with_engine_bind(as_root(), "/data", EngineBindKind::Volume);
+    let mut out = harden(spec(), &profile(), &host).unwrap();
+    let mut mounts = out.spec.mounts().clone().unwrap();
+    for m in mounts
+        .iter_mut()
+        .filter(|m| m.destination() == Path::new("/data"))
+    {
+        m.set_options(Some(vec!["bind".to_owned(), "rw".to_owned()]));
+    }
+    out.spec.set_mounts(Some(mounts));
+    assert!(verify(&out.spec, &profile(), &host).is_err());
 }
 
 #[test]

@@ -182,6 +182,7 @@ fn build_from(
             range,
             &mut spec,
             hardened.unshifted_rootfs,
+            &hardened.engine_volumes,
         )?;
     }
     let (shadow, resources_dropped) = claim_cgroup(root, id, &mut spec)?;

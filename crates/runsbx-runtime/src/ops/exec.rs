@@ -1,6 +1,7 @@
 //! exec: a new process in a running container.
 
 use std::collections::HashMap;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
 use libcontainer::container::builder::ContainerBuilder;
@@ -68,11 +69,22 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
     let effective = crate::state::bundle::load(container.bundle())?;
     let guard = ExecGuard::for_container(&effective.spec);
     let process_file = check_process(opts, &effective, container.bundle())?;
+    let cwd = opts
+        .cwd
+        .as_deref()
+        .or(process_file.as_ref().map(|p| p.cwd.as_path()));
+    if let Err(e) = check_cwd(id, init, cwd) {
+        if let Some(p) = &process_file {
+            let _ = std::fs::remove_file(&p.file);
+        }
+        return Err(e);
+    }
     // Last: once in the sandbox's user namespace, runsbx has no privilege
     // over the host's mounts, only over the sandbox's namespaces.
     join_user_namespace_of(init)?;
-    let pid = libcontainer_exec(root, id, opts, guard, process_file.as_deref());
-    if let Some(f) = &process_file {
+    let file = process_file.as_ref().map(|p| p.file.as_path());
+    let pid = libcontainer_exec(root, id, opts, guard, file);
+    if let Some(f) = file {
         let _ = std::fs::remove_file(f);
     }
     let pid = pid?;
@@ -93,7 +105,7 @@ fn check_process(
     opts: &ExecOptions,
     effective: &crate::state::bundle::Bundle,
     bundle: &Path,
-) -> Result<Option<PathBuf>> {
+) -> Result<Option<ProcessFile>> {
     let policy = Policy::load(opts.config.as_deref())?;
     let profile = policy.profile_for(&effective.spec)?;
     if let Some(cap) = opts.caps.iter().find(|c| !profile.capabilities.contains(c)) {
@@ -124,6 +136,44 @@ fn check_process(
         .as_ref()
         .map(|path| harden_process_file(path, effective, &profile, bundle))
         .transpose()
+}
+
+/// `exec --cwd` names a directory the container has, looked up in its own
+/// view (its root and mounts, through `/proc/<init>/root`), so that a
+/// missing one is said plainly rather than as libcontainer's failed chdir.
+/// Where that view cannot be opened the kernel's chdir decides.
+fn check_cwd(id: &str, init: nix::unistd::Pid, cwd: Option<&Path>) -> Result<()> {
+    let Some(cwd) = cwd else {
+        return Ok(());
+    };
+    use std::os::unix::fs::OpenOptionsExt;
+    let root = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(format!("/proc/{init}/root"))
+    {
+        Ok(dir) => pathrs::Root::from_fd(dir),
+        Err(e) => {
+            tracing::debug!(error = %e, "exec --cwd left to chdir: the container's root cannot be opened");
+            return Ok(());
+        }
+    };
+    match root.resolve(cwd) {
+        Ok(handle)
+            if nix::sys::stat::fstat(handle.as_fd().as_raw_fd())
+                .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR) =>
+        {
+            Ok(())
+        }
+        Ok(_) => Err(RuntimeError::invalid(
+            format!("exec: working directory {cwd:?}"),
+            format!("is not a directory in container `{id}` (chdir: not a directory); give one that exists in it"),
+        )),
+        Err(_) => Err(RuntimeError::invalid(
+            format!("exec: working directory {cwd:?}"),
+            format!("does not exist in container `{id}` (chdir: no such file or directory); give one that exists in it"),
+        )),
+    }
 }
 
 /// libcontainer's tenant builder starts the process in the container's
@@ -190,6 +240,12 @@ fn join_user_namespace_of(init: nix::unistd::Pid) -> Result<()> {
     })
 }
 
+/// A hardened `exec --process` file, and the working directory it names.
+struct ProcessFile {
+    file: PathBuf,
+    cwd: PathBuf,
+}
+
 /// The process.json given to `exec --process`, hardened, written next to
 /// the container's effective config.
 fn harden_process_file(
@@ -197,7 +253,7 @@ fn harden_process_file(
     effective: &crate::state::bundle::Bundle,
     profile: &runsbx_policy::Profile,
     effective_dir: &Path,
-) -> Result<PathBuf> {
+) -> Result<ProcessFile> {
     let bad = |reason: String| RuntimeError::invalid(format!("exec --process {path:?}"), reason);
     let text = std::fs::read_to_string(path).map_err(|e| bad(e.to_string()))?;
     let process =
@@ -208,5 +264,8 @@ fn harden_process_file(
     let out = effective_dir.join(format!("exec-process-{}.json", std::process::id()));
     let json = serde_json::to_vec(&hardened).map_err(|e| bad(e.to_string()))?;
     std::fs::write(&out, json).map_err(|e| RuntimeError::io(format!("write {out:?}"), e))?;
-    Ok(out)
+    Ok(ProcessFile {
+        file: out,
+        cwd: hardened.cwd().clone(),
+    })
 }

@@ -1,10 +1,11 @@
 //! What runsbx runs or checks beside a live sandbox: its supervisor
 //! (egress proxy, deadline), the egress configuration, the network re-check
 //! before a process enters, the guard every exec'd process passes, a pod's
-//! namespace joins, its teardown, and the /workspace a call or session
+//! namespace joins, the engine's own bind sources (init, volumes), its teardown, and the /workspace a call or session
 //! works in.
 
 pub mod egress;
+pub(crate) mod engine_binds;
 pub(crate) mod exec_guard;
 pub(crate) mod network;
 pub(crate) mod pod;

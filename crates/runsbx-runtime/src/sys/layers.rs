@@ -137,11 +137,17 @@ pub fn is_container_layer(spec: &libcontainer::oci_spec::runtime::Spec) -> bool 
 
 /// Whether a directory on `path`'s way (itself included) is owned by the
 /// host's root (or by the caller, rootless) and lets no one else through.
-fn closed_to_others(path: &Path) -> bool {
+/// Group root may pass as root (docker's storage is `0710 root:root`):
+/// its members are root's own.
+pub(crate) fn closed_to_others(path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
     let me = nix::unistd::Uid::effective().as_raw();
+    let real_root = !crate::sys::privilege::rootless();
     path.ancestors().any(|dir| {
-        fs::metadata(dir).is_ok_and(|md| md.is_dir() && md.uid() == me && md.mode() & 0o011 == 0)
+        fs::metadata(dir).is_ok_and(|md| {
+            let group_closed = md.mode() & 0o010 == 0 || (real_root && md.gid() == 0);
+            md.is_dir() && md.uid() == me && md.mode() & 0o001 == 0 && group_closed
+        })
     })
 }
 

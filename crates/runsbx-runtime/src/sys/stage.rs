@@ -45,7 +45,16 @@ pub fn dir(key: &str) -> PathBuf {
 ///
 /// `unshifted`: the profile lets an engine's rootfs that the kernel cannot
 /// show with its owners be bound without id shifting instead of refused.
-pub fn prepare(key: &str, range: IdRange, spec: &mut Spec, unshifted: bool) -> Result<()> {
+/// `volumes`: the destinations of binds that are the engine's named
+/// volumes, bound idmapped (the others, such as a call's workspace, which
+/// runsbx gave the sandbox's ids itself, as they are).
+pub fn prepare(
+    key: &str,
+    range: IdRange,
+    spec: &mut Spec,
+    unshifted: bool,
+    volumes: &[PathBuf],
+) -> Result<()> {
     let dir = dir(key);
     let ctx = |what: &str| format!("stage {what} for the sandbox's ids under {dir:?}");
     for d in [Path::new(STAGE_ROOT), &dir] {
@@ -161,18 +170,45 @@ pub fn prepare(key: &str, range: IdRange, spec: &mut Spec, unshifted: bool) -> R
             fs::write(&staged, b"")
         }
         .map_err(|e| RuntimeError::io(ctx("a bind mount point"), e))?;
-        mount(
-            Some(&source),
-            &staged,
-            None::<&str>,
-            MsFlags::MS_BIND,
-            None::<&str>,
-        )
+        if volumes.contains(m.destination()) {
+            bind_idmapped(&source, &staged, userns.as_fd())
+        } else {
+            mount(
+                Some(&source),
+                &staged,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+        }
         .map_err(|e| RuntimeError::sys(ctx(&format!("bind mount source {source:?}")), e))?;
         m.set_source(Some(staged));
     }
     spec.set_mounts(Some(mounts));
     Ok(())
+}
+
+/// Binds `source` at `staged` with its files' owners shifted into the
+/// sandbox's range, as the rootfs is: an engine's volume that root owns is
+/// container root's. On a filesystem that cannot be idmapped, a plain
+/// bind (its files show as nobody's, as before).
+fn bind_idmapped(
+    source: &Path,
+    staged: &Path,
+    userns: std::os::fd::BorrowedFd<'_>,
+) -> nix::Result<()> {
+    let detached = newmount::clone_dir(source)?;
+    match newmount::idmap(detached.as_fd(), userns) {
+        Ok(()) => newmount::attach(detached.as_fd(), staged),
+        Err(nix::Error::EINVAL) => mount(
+            Some(source),
+            staged,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        ),
+        Err(e) => Err(e),
+    }
 }
 
 fn precreate_mount_points(rootfs: &Path, spec: &Spec) -> Result<()> {

@@ -121,6 +121,46 @@ fn docker_runs_runsbx() {
     );
     assert!(!err.contains("ERROR"), "a libcontainer line: {err}");
 
+    // `--init` (docker's tini at /sbin/docker-init, run as pid 1) and a
+    // named volume work under the default profile; a host path does not.
+    let out = docker_ok(
+        &d,
+        &[
+            &run[..],
+            &[
+                "--init",
+                IMAGE,
+                "sh",
+                "-c",
+                "tr '\\0' ' ' < /proc/1/cmdline",
+            ],
+        ]
+        .concat(),
+    );
+    assert!(out.starts_with("/sbin/docker-init -- sh "), "{out}");
+    docker_ok(&d, &["volume", "create", "vol"]);
+    let vol = ["-v", "vol:/data", IMAGE, "sh", "-c"];
+    docker_ok(&d, &[&run[..], &vol[..], &["echo kept > /data/f"]].concat());
+    let out = docker_ok(
+        &d,
+        &[&run[..], &vol[..], &["cat /data/f; ls -ln /data/f"]].concat(),
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "kept", "{out}");
+    assert!(
+        lines[1].contains(" 0        0 "),
+        "owned by container root: {out}"
+    );
+    let (code, out, err) = docker(
+        &d,
+        &[&run[..], &["-v", "/etc:/hostetc", IMAGE, "true"]].concat(),
+    );
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("bind mount of host path \"/etc\" at \"/hostetc\" is refused"),
+        "{err}"
+    );
+
     // A detached container with a memory limit, and exec into it.
     let id = docker_ok(
         &d,

@@ -550,6 +550,104 @@ fn podman_overlay_keeps_owners_and_a_writable_layer(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, podman_overlay_keeps_owners_and_a_writable_layer: podman_overlay_as_root, podman_overlay_rootless);
 
+/// podman's `--init` (catatonit, bound read-only at /run/podman-init and
+/// run as pid 1) and a named volume (its data kept from one container to
+/// the next, owned by container root) work under the default profile,
+/// while a host path stays refused (podman_errors_are_one_clear_line).
+fn podman_init_and_named_volumes(fx: Fixture) {
+    if !kit::have("podman") {
+        skip!("podman is not installed (apt-get install podman)");
+    }
+    if !Path::new("/usr/libexec/podman/catatonit").exists() {
+        skip!("podman's init is not installed (apt-get install catatonit)");
+    }
+    let podman = Podman::with_overlay(&fx);
+    podman.import_busybox();
+    let out = podman.run_sandboxed(&[
+        "--init",
+        IMAGE,
+        "sh",
+        "-c",
+        "tr '\\0' ' ' < /proc/1/cmdline; echo; probe status; probe lo",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(out.stdout.starts_with("/run/podman-init -- sh "), "{out:?}");
+    kit::assert_hardened(&out);
+
+    let out = podman.run(&["volume", "create", "vol"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = podman.run_sandboxed(&["-v", "vol:/data", IMAGE, "sh", "-c", "echo kept > /data/f"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = podman.run_sandboxed(&[
+        "-v",
+        "vol:/data",
+        IMAGE,
+        "sh",
+        "-c",
+        "cat /data/f; ls -ln /data/f",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let lines: Vec<&str> = out.stdout.lines().collect();
+    assert_eq!(lines[0], "kept", "{out:?}");
+    assert!(
+        lines[1].contains(" 0        0 "),
+        "owned by container root: {out:?}"
+    );
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, podman_init_and_named_volumes: podman_init_volumes_as_root, podman_init_volumes_rootless);
+
+/// `podman build --runtime runsbx`: each `RUN` step runs in a sandbox
+/// whose writes land in the image being built (as root and rootless), and
+/// the image runs with them.
+fn podman_build_runs_its_steps_in_runsbx(fx: Fixture) {
+    if !kit::have("podman") {
+        skip!("podman is not installed (apt-get install podman)");
+    }
+    let podman = Podman::with_overlay(&fx);
+    podman.import_busybox();
+    let context = fx.dir.path().join("context");
+    fs::create_dir_all(&context).unwrap();
+    fs::write(
+        context.join("Containerfile"),
+        format!(
+            "FROM {IMAGE}\n\
+             RUN mkdir -p /etc/app && echo built > /etc/app/f\n\
+             USER 1000\n\
+             RUN cat /etc/app/f && id -u\n"
+        ),
+    )
+    .unwrap();
+    if let Who::User(u) = &fx.who {
+        for p in [context.clone(), context.join("Containerfile")] {
+            nix::unistd::chown(&p, Some(u.uid.into()), Some(u.gid.into())).unwrap();
+        }
+    }
+    let bin = fx.bin();
+    // No network for the steps: rootless podman's slirp4netns cannot open
+    // /dev/net/tun on these machines.
+    let out = podman.run(&[
+        "build",
+        "--runtime",
+        bin.to_str().unwrap(),
+        "--network",
+        "none",
+        "--no-cache",
+        "-t",
+        "localhost/runsbx-built:test",
+        context.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert!(
+        out.stdout.contains("built\n1000\n"),
+        "the second RUN's output: {out:?}"
+    );
+    let out = podman.run_sandboxed(&["localhost/runsbx-built:test", "cat", "/etc/app/f"]);
+    assert_eq!((out.code, out.stdout.as_str()), (0, "built\n"), "{out:?}");
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, podman_build_runs_its_steps_in_runsbx: podman_build_as_root, podman_build_rootless);
+
 /// `--tmpfs` (podman asks for `tmpcopyup`) and `--read-only` (its tmpfs on
 /// /run, /tmp and /var/tmp): the tmpfs starts with the image's content at
 /// that path, with its owners, and takes writes.
@@ -624,5 +722,34 @@ fn podman_errors_are_one_clear_line(fx: Fixture) {
             "a libcontainer line: {out:?}"
         );
     }
+    // exec into a running container with a working directory it lacks.
+    let bin = fx.bin();
+    let rt = ["--runtime", bin.to_str().unwrap()];
+    let run_d = [
+        "run",
+        "-d",
+        "--name",
+        "up",
+        "--network",
+        "none",
+        IMAGE,
+        "sleep",
+        "1000",
+    ];
+    let out = podman.run(&[&rt[..], &run_d[..]].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = podman.run(&[&rt[..], &["exec", "-w", "/nope", "up", "true"]].concat());
+    assert_ne!(out.code, 0, "{out:?}");
+    let cause = "exec: working directory \"/nope\": does not exist in container";
+    let first = out.stderr.lines().next().unwrap_or_default();
+    assert!(first.contains(cause), "first line {first:?}: {out:?}");
+    assert_eq!(out.stderr.matches(cause).count(), 1, "said once: {out:?}");
+    assert!(
+        !out.stderr.contains("ERROR"),
+        "a libcontainer line: {out:?}"
+    );
+    podman
+        .run(&[&rt[..], &["rm", "--force", "up"]].concat())
+        .ok();
 }
 as_root_and_rootless!(RUNSBX, podman_errors_are_one_clear_line: podman_errors_as_root, podman_errors_rootless);
