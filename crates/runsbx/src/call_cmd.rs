@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use clap::Args;
-use runsbx_runtime::call::{self, CallRequest, StdinFrom};
+use runsbx_runtime::call::{self, CallRequest, LiveOutput, StdinFrom};
 use runsbx_runtime::StateRoot;
 
 /// Run one command in a fresh sandbox and report how it went
@@ -70,6 +70,11 @@ pub struct Call {
     /// Print one JSON result (schema runsbx.call/v1) instead of the output
     #[arg(long)]
     pub json: bool,
+    /// Print JSON Lines while the command runs: {"type": "stdout"|"stderr",
+    /// "data", "encoding", "t_ms"} chunks as they come ({"type": "capped"}
+    /// once --max-output's head is full), then the JSON result as the last line
+    #[arg(long, conflicts_with = "json")]
+    pub stream: bool,
     /// The command and its arguments
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -77,7 +82,8 @@ pub struct Call {
 
 /// Runs the call; returns runsbx's exit code.
 pub fn run(root: &StateRoot, args: Call, config: Option<PathBuf>) -> Result<i32> {
-    let json = args.json;
+    // A stream ends with the result, as --json prints it.
+    let json = args.json || args.stream;
     let req = match request(args, config) {
         Ok(req) => req,
         Err(e) => {
@@ -188,7 +194,11 @@ fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest> {
             args.proxy_allow_address,
         )?,
         command: args.command,
-        live: !args.json,
+        live: match (args.json, args.stream) {
+            (_, true) => LiveOutput::Stream,
+            (true, false) => LiveOutput::Quiet,
+            (false, false) => LiveOutput::Echo,
+        },
     })
 }
 

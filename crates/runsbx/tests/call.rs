@@ -162,6 +162,97 @@ fn stdin_reaches_the_command(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, stdin_reaches_the_command: stdin_as_root, stdin_rootless);
 
+/// `--stream`: each chunk comes out as a JSON line while the command is
+/// still running (the call is not over when the first line is read), in
+/// order, stdout and stderr apart; the result is the last line; the cap
+/// says where it cut.
+fn streamed_output_arrives_while_the_command_runs(fx: Fixture) {
+    use std::io::BufRead;
+    let mut cmd = fx.cmd(["call", "--stream", "--stdin", "-", "--rootfs"]);
+    cmd.arg(kit::rootfs()).args([
+        "--",
+        "sh",
+        "-c",
+        // The command waits for the test to have read its first line.
+        "echo one; read go; echo two >&2; echo three",
+    ]);
+    let mut child = kit::spawn(cmd.stdin(Stdio::piped()).stdout(Stdio::piped()));
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let first: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    assert_eq!(
+        (
+            first["type"].as_str(),
+            first["data"].as_str(),
+            first["encoding"].as_str()
+        ),
+        (Some("stdout"), Some("one\n"), Some("utf-8")),
+        "{first}"
+    );
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the call ended before its first line was read"
+    );
+    // Let the command go on.
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let rest: Vec<Value> = lines
+        .map(|l| serde_json::from_str(&l.unwrap()).unwrap())
+        .collect();
+    assert!(child.wait().unwrap().success());
+    // stdout and stderr apart (two pipes: no order between them).
+    let mut kinds: Vec<(&str, &str)> = rest[..2]
+        .iter()
+        .map(|l| (l["type"].as_str().unwrap(), l["data"].as_str().unwrap()))
+        .collect();
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        [("stderr", "two\n"), ("stdout", "three\n")],
+        "{rest:?}"
+    );
+    assert!(
+        rest[..2]
+            .iter()
+            .all(|l| l["t_ms"].as_f64() > first["t_ms"].as_f64()),
+        "{rest:?}"
+    );
+    let result = rest.last().unwrap();
+    assert_eq!(rest.len(), 3, "{rest:?}");
+    assert_eq!(
+        (result["schema"].as_str(), result["exit_code"].as_i64()),
+        (Some("runsbx.call/v1"), Some(0))
+    );
+    assert_eq!(text(&result["stdout"]), "one\nthree\n");
+
+    // Past --max-output's head, nothing more streams; the result has the tail.
+    let out = fx.run([
+        "call",
+        "--stream",
+        "--max-output",
+        "8",
+        "--rootfs",
+        kit::rootfs().to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "printf 0123456789abcdef",
+    ]);
+    let got: Vec<Value> = out
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(got[0]["data"], "0123", "{out:?}");
+    assert_eq!(
+        (got[1]["type"].as_str(), got[1]["kept_bytes"].as_u64()),
+        (Some("capped"), Some(4))
+    );
+    assert_eq!(got.len(), 3, "{out:?}");
+    assert_eq!(got[2]["stdout"]["truncated"], true, "{out:?}");
+    assert_eq!(text(&got[2]["stdout"]), "0123cdef", "{out:?}");
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, streamed_output_arrives_while_the_command_runs: stream_as_root, stream_rootless);
+
 /// A number unique to this test process, `tag` and who runs the call
 /// (the root and rootless variants of a test run at the same time), given
 /// to `sleep` so that the sandbox's processes can be found on the host.

@@ -1,8 +1,10 @@
 //! Capturing what a call prints: the first and the last bytes of each
-//! stream, whatever its size, in bounded memory.
+//! stream, whatever its size, in bounded memory; and passing the first on
+//! as it comes, echoed (human output) or as JSON Lines (`--stream`).
 
 use std::collections::VecDeque;
 use std::io::Write;
+use std::time::Instant;
 
 use base64::Engine as _;
 use serde::Serialize;
@@ -24,19 +26,127 @@ pub struct Stream {
     pub head_bytes: u64,
 }
 
+/// Where a stream's head goes as it arrives.
+pub trait Live {
+    /// The next bytes of the head.
+    fn chunk(&mut self, data: &[u8]) -> std::io::Result<()>;
+    /// The head is full: `kept` bytes went out, and from here on only the
+    /// last bytes are kept, for the result.
+    fn capped(&mut self, _kept: u64) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The head written as it is (human output).
+pub struct Echo<W: Write>(pub W);
+
+impl<W: Write> Live for Echo<W> {
+    fn chunk(&mut self, data: &[u8]) -> std::io::Result<()> {
+        self.0.write_all(data)?;
+        self.0.flush()
+    }
+}
+
+/// The head as JSON Lines on `out`, one object per chunk as it arrives:
+/// `{"type": "stdout"|"stderr", "data", "encoding", "t_ms"}`, and a
+/// `{"type": "capped", "stream", "kept_bytes", "t_ms"}` once the cap is
+/// reached. A character split between two reads is held back until it is
+/// whole, so that text chunks stay text (at most 3 bytes, for one read).
+pub struct JsonLines<W: Write> {
+    kind: &'static str,
+    start: Instant,
+    held: Vec<u8>,
+    out: W,
+}
+
+impl<W: Write> JsonLines<W> {
+    pub fn new(kind: &'static str, start: Instant, out: W) -> Self {
+        Self {
+            kind,
+            start,
+            held: Vec::new(),
+            out,
+        }
+    }
+
+    fn line(&mut self, value: &serde_json::Value) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(value)?;
+        line.push(b'\n');
+        // One write per line: lines of stdout and stderr never interleave.
+        self.out.write_all(&line)?;
+        self.out.flush()
+    }
+
+    fn t_ms(&self) -> f64 {
+        self.start.elapsed().as_secs_f64() * 1000.0
+    }
+
+    fn emit(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let (data, encoding) = encode(bytes);
+        let value = serde_json::json!({
+            "type": self.kind, "data": data, "encoding": encoding, "t_ms": self.t_ms(),
+        });
+        self.line(&value)
+    }
+}
+
+impl<W: Write> Live for JsonLines<W> {
+    fn chunk(&mut self, data: &[u8]) -> std::io::Result<()> {
+        let mut bytes = std::mem::take(&mut self.held);
+        bytes.extend_from_slice(data);
+        // An incomplete character at the end waits for its other bytes.
+        let keep = match std::str::from_utf8(&bytes) {
+            Err(e) if e.error_len().is_none() => bytes.len() - e.valid_up_to(),
+            _ => 0,
+        };
+        self.held = bytes.split_off(bytes.len() - keep);
+        self.emit(&bytes)
+    }
+
+    fn capped(&mut self, kept: u64) -> std::io::Result<()> {
+        let held = std::mem::take(&mut self.held);
+        self.emit(&held)?;
+        let value = serde_json::json!({
+            "type": "capped", "stream": self.kind, "kept_bytes": kept, "t_ms": self.t_ms(),
+        });
+        self.line(&value)
+    }
+}
+
+impl<W: Write> Drop for JsonLines<W> {
+    fn drop(&mut self) {
+        let held = std::mem::take(&mut self.held);
+        let _ = self.emit(&held);
+    }
+}
+
+/// Bytes as JSON text: themselves when UTF-8, else base64.
+fn encode(bytes: &[u8]) -> (String, &'static str) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => (text.to_owned(), "utf-8"),
+        Err(_) => (
+            base64::engine::general_purpose::STANDARD.encode(bytes),
+            "base64",
+        ),
+    }
+}
+
 /// Keeps the first `cap / 2` and the last `cap - cap / 2` bytes written.
-/// The head can be passed on live (human output) as it arrives.
+/// The head can be passed on live as it arrives.
 pub struct Capture {
     head_cap: usize,
     tail_cap: usize,
     head: Vec<u8>,
     tail: VecDeque<u8>,
     total: u64,
-    live: Option<Box<dyn Write>>,
+    live: Option<Box<dyn Live>>,
 }
 
 impl Capture {
-    pub fn new(cap: usize, live: Option<Box<dyn Write>>) -> Self {
+    pub fn new(cap: usize, live: Option<Box<dyn Live>>) -> Self {
         let head_cap = cap / 2;
         Self {
             head_cap,
@@ -49,23 +159,19 @@ impl Capture {
     }
 
     pub fn push(&mut self, mut data: &[u8]) {
+        let before = self.total;
         self.total += data.len() as u64;
         let room = self.head_cap - self.head.len();
         if room > 0 {
             let take = room.min(data.len());
             self.head.extend_from_slice(&data[..take]);
-            if let Some(live) = self.live.as_mut() {
-                // A closed terminal or pipe on our side must not stop the
-                // call: the result is still wanted.
-                if live
-                    .write_all(&data[..take])
-                    .and_then(|()| live.flush())
-                    .is_err()
-                {
-                    self.live = None;
-                }
-            }
+            self.pass_on(|live| live.chunk(&data[..take]));
             data = &data[take..];
+        }
+        // The first byte past the head.
+        if !data.is_empty() && before <= self.head_cap as u64 {
+            let kept = self.head.len() as u64;
+            self.pass_on(|live| live.capped(kept));
         }
         if data.len() >= self.tail_cap {
             self.tail.clear();
@@ -77,9 +183,19 @@ impl Capture {
         self.tail.drain(..excess);
     }
 
+    /// A closed terminal or pipe on our side must not stop the call: the
+    /// result is still wanted.
+    fn pass_on(&mut self, f: impl FnOnce(&mut dyn Live) -> std::io::Result<()>) {
+        if let Some(live) = self.live.as_mut() {
+            if f(live.as_mut()).is_err() {
+                self.live = None;
+            }
+        }
+    }
+
     /// The tail bytes (for human output, written after the head at the end)
     /// and the number of bytes omitted before them.
-    pub fn finish(self) -> (Stream, Vec<u8>, Option<Box<dyn Write>>) {
+    pub fn finish(self) -> (Stream, Vec<u8>) {
         let mut head = self.head;
         let mut tail: Vec<u8> = self.tail.into();
         let mut omitted = self.total - head.len() as u64 - tail.len() as u64;
@@ -101,13 +217,7 @@ impl Capture {
         }
         let mut all = head.clone();
         all.extend_from_slice(&tail);
-        let (data, encoding) = match String::from_utf8(all) {
-            Ok(text) => (text, "utf-8"),
-            Err(e) => (
-                base64::engine::general_purpose::STANDARD.encode(e.as_bytes()),
-                "base64",
-            ),
-        };
+        let (data, encoding) = encode(&all);
         let stream = Stream {
             data,
             encoding,
@@ -116,7 +226,7 @@ impl Capture {
             omitted_bytes: omitted,
             head_bytes: head.len() as u64,
         };
-        (stream, tail, self.live)
+        (stream, tail)
     }
 }
 
@@ -131,6 +241,70 @@ mod tests {
             c.push(chunk);
         }
         c.finish().0
+    }
+
+    /// A sink for tests: what was written, shared.
+    #[derive(Clone, Default)]
+    struct Sink(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+    impl Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.borrow_mut().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn lines(sink: &Sink) -> Vec<serde_json::Value> {
+        String::from_utf8(sink.0.borrow().clone())
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn json_lines_carry_each_chunk_and_say_where_the_cap_cut() {
+        let sink = Sink::default();
+        let live = JsonLines::new("stdout", Instant::now(), sink.clone());
+        let mut c = Capture::new(16, Some(Box::new(live)));
+        // "é" split across two reads arrives whole, as text.
+        c.push(b"one\n\xc3");
+        c.push(b"\xa9\n");
+        c.push(b"0123456789");
+        c.push(b"past the head");
+        drop(c.finish());
+        let got = lines(&sink);
+        let data: Vec<&str> = got.iter().filter_map(|l| l["data"].as_str()).collect();
+        assert_eq!(data, ["one\n", "é\n", "0"], "{got:?}");
+        assert!(got[..3]
+            .iter()
+            .all(|l| l["type"] == "stdout" && l["encoding"] == "utf-8"));
+        assert!(got[0]["t_ms"].as_f64().unwrap() >= 0.0);
+        assert_eq!(got[3]["type"], "capped", "{got:?}");
+        assert_eq!(got[3]["kept_bytes"], 8);
+        assert_eq!(got.len(), 4, "nothing after the cap: {got:?}");
+    }
+
+    #[test]
+    fn json_lines_send_binary_as_base64() {
+        let sink = Sink::default();
+        let mut live = JsonLines::new("stderr", Instant::now(), sink.clone());
+        live.chunk(&[0xff, 0x00, b'a']).unwrap();
+        // A lone lead byte at the end is sent when the stream ends.
+        live.chunk(&[0xe2]).unwrap();
+        drop(live);
+        let got = lines(&sink);
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!(
+            (got[0]["encoding"].as_str(), got[0]["data"].as_str()),
+            (Some("base64"), Some("/wBh"))
+        );
+        assert_eq!(
+            (got[1]["encoding"].as_str(), got[1]["data"].as_str()),
+            (Some("base64"), Some("4g=="))
+        );
     }
 
     #[test]
@@ -149,7 +323,7 @@ mod tests {
             c.push(b"xxxxxxxxxxxxxxxx");
         }
         c.push(b"wxyz");
-        let (s, tail, _) = c.finish();
+        let (s, tail) = c.finish();
         assert_eq!(s.data, "abcdwxyz");
         assert_eq!(tail, b"wxyz");
         assert_eq!(s.bytes, 4 + 16_000 + 4);
@@ -183,21 +357,11 @@ mod tests {
 
     #[test]
     fn the_live_sink_gets_the_head_once() {
-        let sink = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
-        struct W(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
-        impl Write for W {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0.borrow_mut().extend_from_slice(b);
-                Ok(b.len())
-            }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
-            }
-        }
-        let mut c = Capture::new(4, Some(Box::new(W(sink.clone()))));
+        let sink = Sink::default();
+        let mut c = Capture::new(4, Some(Box::new(Echo(sink.clone()))));
         c.push(b"abcdefgh");
-        let (_, tail, _) = c.finish();
-        assert_eq!(&*sink.borrow(), b"ab");
+        let (_, tail) = c.finish();
+        assert_eq!(&*sink.0.borrow(), b"ab");
         assert_eq!(tail, b"gh");
     }
 }

@@ -27,7 +27,6 @@ mod sweep;
 mod wait;
 
 use std::fs::{self, File};
-use std::io::Write;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -36,7 +35,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 pub use crate::sandbox::workspace::{Input, OutputFile};
 pub use capture::Stream;
-pub use request::{CallRequest, StdinFrom};
+pub use request::{CallRequest, LiveOutput, StdinFrom};
 pub use result::{CallError, CallResult, EgressReport, Limits, Status, Tails, SCHEMA};
 pub use sweep::sweep;
 
@@ -115,9 +114,10 @@ fn run(
     let init = container::init_pid(&sandbox.built.container)?;
     let proxy = start_proxy(sandbox.built.duties.proxy.take())?;
     result.attestation = Some(sandbox.start()?);
-
-    let mut out = capture::Capture::new(req.max_output, live(req, false));
-    let mut err = capture::Capture::new(req.max_output, live(req, true));
+    // A stream's chunks are timed from the command's start.
+    let started = Instant::now();
+    let mut out = capture::Capture::new(req.max_output, live(req, false, started));
+    let mut err = capture::Capture::new(req.max_output, live(req, true, started));
     // The policy's deadline: the call's --timeout, which the profile may
     // refuse but not lengthen.
     let deadline = sandbox.built.duties.deadline.unwrap_or(req.timeout);
@@ -264,15 +264,26 @@ fn start_proxy(
         .map_err(|e| RuntimeError::invalid("start the egress proxy", e.to_string()))
 }
 
-/// Where the command's output is echoed as it comes (human output).
-fn live(req: &CallRequest, to_stderr: bool) -> Option<Box<dyn Write>> {
-    req.live.then(|| -> Box<dyn Write> {
-        if to_stderr {
-            Box::new(std::io::stderr())
-        } else {
-            Box::new(std::io::stdout())
-        }
-    })
+/// Where the command's output goes as it comes; a stream's times count
+/// from `started`, when the command started.
+fn live(req: &CallRequest, stderr: bool, started: Instant) -> Option<Box<dyn capture::Live>> {
+    use capture::{Echo, JsonLines};
+    match (req.live, stderr) {
+        (LiveOutput::Quiet, _) => None,
+        (LiveOutput::Echo, false) => Some(Box::new(Echo(std::io::stdout()))),
+        (LiveOutput::Echo, true) => Some(Box::new(Echo(std::io::stderr()))),
+        // Both streams as lines on runsbx's stdout.
+        (LiveOutput::Stream, false) => Some(Box::new(JsonLines::new(
+            "stdout",
+            started,
+            std::io::stdout(),
+        ))),
+        (LiveOutput::Stream, true) => Some(Box::new(JsonLines::new(
+            "stderr",
+            started,
+            std::io::stdout(),
+        ))),
+    }
 }
 
 /// Prints an error with its sources, as anyhow's `{:#}` would.

@@ -16,6 +16,17 @@ pub enum StdinFrom {
     File(PathBuf),
 }
 
+/// Where the head of the command's output goes while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LiveOutput {
+    /// Nowhere: only in the result (`--json`).
+    Quiet,
+    /// To runsbx's own stdout and stderr (human output).
+    Echo,
+    /// As JSON Lines on runsbx's stdout, chunk by chunk (`--stream`).
+    Stream,
+}
+
 #[derive(Debug, Clone)]
 pub struct CallRequest {
     /// An image of the store, by name; `None` with no `rootfs` means the
@@ -38,8 +49,8 @@ pub struct CallRequest {
     pub max_output: usize,
     pub max_output_file: u64,
     pub command: Vec<String>,
-    /// Echo the command's output as it comes (human output).
-    pub live: bool,
+    /// What is done with the command's output as it comes.
+    pub live: LiveOutput,
     /// Egress through the proxy (`--allow-host` and its companions);
     /// `None`: no way out at all, whatever the profile allows.
     pub egress: Option<runsbx_policy::EgressPlan>,

@@ -166,8 +166,8 @@ impl CallResult {
     /// Records both streams; for the human output, the tails of those
     /// that were cut (their heads were written live).
     pub(crate) fn record_streams(&mut self, out: Capture, err: Capture, tails: &mut Tails) {
-        let (stdout, out_tail, _) = out.finish();
-        let (stderr, err_tail, _) = err.finish();
+        let (stdout, out_tail) = out.finish();
+        let (stderr, err_tail) = err.finish();
         if stdout.truncated {
             tails.stdout = out_tail;
         }
