@@ -253,6 +253,38 @@ fn streamed_output_arrives_while_the_command_runs(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, streamed_output_arrives_while_the_command_runs: stream_as_root, stream_rootless);
 
+/// A caller that stops reading the stream does not hold the sandbox past
+/// its deadline: the output waits in runsbx's memory (bounded by the
+/// heads), the sandbox is killed on time, and the caller gets it all,
+/// result last, once it reads again.
+fn a_stalled_reader_does_not_stretch_the_deadline(fx: Fixture) {
+    let mark = marker(&fx, 7);
+    let mut cmd = fx.cmd(["call", "--stream", "--timeout", "1s", "--rootfs"]);
+    cmd.arg(kit::rootfs()).args([
+        "--",
+        "sh",
+        "-c",
+        // Far more than a pipe holds, then a sleep to find on the host.
+        &format!("yes 0123456789abcdef | head -c 600000; sleep {mark}"),
+    ]);
+    let child = kit::spawn(cmd.stdout(Stdio::piped()));
+    kit::wait_until("the call's sleep to run", Duration::from_secs(20), || {
+        !processes_with(&mark).is_empty()
+    });
+    // Nobody reads runsbx's stdout, and still the deadline ends it.
+    kit::wait_until(
+        "the deadline to kill the sandbox",
+        Duration::from_secs(20),
+        || processes_with(&mark).is_empty(),
+    );
+    let out = Out::of(child.wait_with_output().unwrap());
+    let last: Value = serde_json::from_str(out.stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(last["timed_out"], true, "{}", &out.stderr);
+    assert_eq!(out.code, 124);
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, a_stalled_reader_does_not_stretch_the_deadline: stalled_reader_as_root, stalled_reader_rootless);
+
 /// A number unique to this test process, `tag` and who runs the call
 /// (the root and rootless variants of a test run at the same time), given
 /// to `sleep` so that the sandbox's processes can be found on the host.

@@ -123,6 +123,68 @@ impl<W: Write> Drop for JsonLines<W> {
     }
 }
 
+/// runsbx's stdout or stderr, written by a thread of its own, so that a
+/// reader who stops reading holds that thread and never the call's wait
+/// (its deadline, its signals). What waits in memory is bounded by the
+/// heads (half of `--max-output` per stream) and their JSON framing.
+pub struct Background {
+    tx: Option<std::sync::mpsc::Sender<Vec<u8>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    pub fn spawn<W: Write + Send + 'static>(mut out: W, name: &str) -> std::io::Result<Self> {
+        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        let thread = std::thread::Builder::new()
+            .name(name.to_owned())
+            .spawn(move || {
+                for bytes in rx {
+                    // A reader gone: the rest is dropped, the call goes on.
+                    if out.write_all(&bytes).and_then(|()| out.flush()).is_err() {
+                        break;
+                    }
+                }
+            })?;
+        Ok(Self {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// A writer whose bytes this thread writes, in order.
+    pub fn writer(&self) -> impl Write + Send + 'static {
+        Queued(self.tx.clone())
+    }
+
+    /// Waits until everything queued so far is written (or the reader is
+    /// gone); every writer must have been dropped.
+    pub fn finish(self) {}
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct Queued(Option<std::sync::mpsc::Sender<Vec<u8>>>);
+
+impl Write for Queued {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match &self.0 {
+            Some(tx) if tx.send(buf.to_vec()).is_ok() => Ok(buf.len()),
+            _ => Err(std::io::ErrorKind::BrokenPipe.into()),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Bytes as JSON text: themselves when UTF-8, else base64.
 fn encode(bytes: &[u8]) -> (String, &'static str) {
     match std::str::from_utf8(bytes) {
@@ -285,6 +347,26 @@ mod tests {
         assert_eq!(got[3]["type"], "capped", "{got:?}");
         assert_eq!(got[3]["kept_bytes"], 8);
         assert_eq!(got.len(), 4, "nothing after the cap: {got:?}");
+    }
+
+    #[test]
+    fn a_background_writer_never_blocks_its_caller() {
+        // A pipe nobody reads: 64 KiB fit, the rest would block a writer.
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let bg = Background::spawn(std::fs::File::from(w), "test-writer").unwrap();
+        let mut writer = bg.writer();
+        for _ in 0..64 {
+            writer.write_all(&[b'x'; 4096]).unwrap();
+        }
+        drop(writer);
+        // Read it all: then the thread ends and finish returns.
+        let reader = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            std::io::Read::read_to_end(&mut std::fs::File::from(r), &mut all).unwrap();
+            all.len()
+        });
+        bg.finish();
+        assert_eq!(reader.join().unwrap(), 64 * 4096);
     }
 
     #[test]

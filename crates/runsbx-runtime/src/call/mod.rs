@@ -116,8 +116,9 @@ fn run(
     result.attestation = Some(sandbox.start()?);
     // A stream's chunks are timed from the command's start.
     let started = Instant::now();
-    let mut out = capture::Capture::new(req.max_output, live(req, false, started));
-    let mut err = capture::Capture::new(req.max_output, live(req, true, started));
+    let writers = LiveWriters::spawn(req.live)?;
+    let mut out = capture::Capture::new(req.max_output, writers.sink(req, false, started));
+    let mut err = capture::Capture::new(req.max_output, writers.sink(req, true, started));
     // The policy's deadline: the call's --timeout, which the profile may
     // refuse but not lengthen.
     let deadline = sandbox.built.duties.deadline.unwrap_or(req.timeout);
@@ -132,6 +133,8 @@ fn run(
         limit_hits::limit_hits(&sandbox.built.spec);
     sandbox.remove()?;
     result.record_streams(out, err, tails);
+    // Before the result is printed, what went out live is all written.
+    writers.finish();
     result.record_end(end);
     if !req.outputs.is_empty() {
         result.outputs =
@@ -264,25 +267,65 @@ fn start_proxy(
         .map_err(|e| RuntimeError::invalid("start the egress proxy", e.to_string()))
 }
 
-/// Where the command's output goes as it comes; a stream's times count
-/// from `started`, when the command started.
-fn live(req: &CallRequest, stderr: bool, started: Instant) -> Option<Box<dyn capture::Live>> {
-    use capture::{Echo, JsonLines};
-    match (req.live, stderr) {
-        (LiveOutput::Quiet, _) => None,
-        (LiveOutput::Echo, false) => Some(Box::new(Echo(std::io::stdout()))),
-        (LiveOutput::Echo, true) => Some(Box::new(Echo(std::io::stderr()))),
-        // Both streams as lines on runsbx's stdout.
-        (LiveOutput::Stream, false) => Some(Box::new(JsonLines::new(
-            "stdout",
-            started,
-            std::io::stdout(),
-        ))),
-        (LiveOutput::Stream, true) => Some(Box::new(JsonLines::new(
-            "stderr",
-            started,
-            std::io::stdout(),
-        ))),
+/// The threads that write the command's output out as it comes (see
+/// [`capture::Background`]): runsbx's stdout, and its stderr for echoed
+/// human output.
+struct LiveWriters {
+    stdout: Option<capture::Background>,
+    stderr: Option<capture::Background>,
+}
+
+impl LiveWriters {
+    fn spawn(live: LiveOutput) -> Result<Self> {
+        let bg = |out: Box<dyn std::io::Write + Send>, name: &str| {
+            capture::Background::spawn(out, name)
+                .map_err(|e| RuntimeError::io("start a thread for the live output", e))
+        };
+        Ok(match live {
+            LiveOutput::Quiet => Self {
+                stdout: None,
+                stderr: None,
+            },
+            LiveOutput::Echo => Self {
+                stdout: Some(bg(Box::new(std::io::stdout()), "runsbx-stdout")?),
+                stderr: Some(bg(Box::new(std::io::stderr()), "runsbx-stderr")?),
+            },
+            LiveOutput::Stream => Self {
+                stdout: Some(bg(Box::new(std::io::stdout()), "runsbx-stdout")?),
+                stderr: None,
+            },
+        })
+    }
+
+    /// Where the command's stdout (or stderr) goes as it comes; a
+    /// stream's times count from `started`, when the command started.
+    fn sink(
+        &self,
+        req: &CallRequest,
+        stderr: bool,
+        started: Instant,
+    ) -> Option<Box<dyn capture::Live>> {
+        use capture::{Echo, JsonLines};
+        let kind = if stderr { "stderr" } else { "stdout" };
+        match req.live {
+            LiveOutput::Quiet => None,
+            LiveOutput::Echo => {
+                let to = if stderr { &self.stderr } else { &self.stdout };
+                Some(Box::new(Echo(to.as_ref()?.writer())))
+            }
+            // Both streams as lines on runsbx's stdout.
+            LiveOutput::Stream => Some(Box::new(JsonLines::new(
+                kind,
+                started,
+                self.stdout.as_ref()?.writer(),
+            ))),
+        }
+    }
+
+    fn finish(self) {
+        for w in [self.stdout, self.stderr].into_iter().flatten() {
+            w.finish();
+        }
     }
 }
 
