@@ -30,8 +30,17 @@ trap 'rm -rf /tmp/runsbx-tests "$log"' EXIT
 set +e
 cargo test --release --workspace --no-fail-fast --lib --bins --tests -- --test-threads="$(nproc)" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# The Python client (clients/python), driving the same binary.
+pylog=$(mktemp)
+trap 'rm -rf /tmp/runsbx-tests "$log" "$pylog"' EXIT
+RUNSBX_BIN="$PWD/target/release/runsbx" python3 -m unittest discover -s clients/python/tests -v 2>&1 | tee "$pylog"
+pystatus=${PIPESTATUS[0]}
 set -e
-# One closing line for the whole run: the sum of every test binary's.
+# One closing line for the whole run: the sum of every test binary's, and
+# the Python suite's (its "Ran N tests" less its failures and errors).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
-exit "$status"
+awk '/^Ran [0-9]+ tests? in/ { n = $2 }
+     /^FAILED \(/ { s = $0; while (match(s, /(failures|errors)=[0-9]+/)) { split(substr(s, RSTART, RLENGTH), kv, "="); f += kv[2]; s = substr(s, RSTART + RLENGTH) } }
+     END { printf "python client tests: %d passed, %d failed\n", n - f, f }' "$pylog"
+[ "$status" = 0 ] && [ "$pystatus" = 0 ]

@@ -1,0 +1,385 @@
+"""What the synchronous and the asyncio API share: the command line of one
+call, the private directory of its files, the protocol of ``--stream`` and
+how runsbx's output becomes a result or an exception."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import tempfile
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Union
+
+from ._binary import PathArg, find_binary
+from .errors import BadInput, CallError, Failure, ProtocolError, RunsbxError, error_class
+from .result import Capped, CallResult, Chunk, parse_event, parse_result
+
+
+class _Pipe:
+    """The type of :data:`PIPE`."""
+
+    _instance: Optional[_Pipe] = None
+
+    def __new__(cls) -> _Pipe:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "runsbx.PIPE"
+
+    def __reduce__(self) -> str:
+        return "PIPE"
+
+
+#: ``stdin=PIPE`` for a stream: the command's stdin is a pipe the caller
+#: writes to with ``write_stdin()`` and closes with ``close_stdin()``.
+PIPE = _Pipe()
+
+Command = Union[str, Sequence[str]]
+Strings = Union[str, Iterable[str]]
+Stdin = Union[bytes, str, None]
+FileContent = Union[bytes, str, "os.PathLike[str]"]
+Size = Union[int, str]
+
+#: How long runsbx may run past the call's deadline (making the sandbox,
+#: copying outputs) before the client stops it.
+OVERRUN_GRACE = 60.0
+#: How long runsbx gets to clean up after SIGTERM before SIGKILL (its
+#: watchdog then cleans up).
+TERM_GRACE = 15.0
+#: How much of runsbx's own stderr (its diagnostics) is kept.
+STDERR_KEEP = 64 * 1024
+
+
+def _no_nul(what: str, value: str) -> str:
+    if "\0" in value:
+        raise BadInput(f"{what} {value!r}: holds a NUL character, which no command line can carry")
+    return value
+
+
+def _strings(what: str, value: Union[str, Iterable[str], None]) -> List[str]:
+    """A list of strings from one string or an iterable of them."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        raise TypeError(f"{what} must be a string or a sequence of strings, not {type(value).__name__}")
+    out = []
+    for v in value:
+        if not isinstance(v, str):
+            raise TypeError(f"{what} must hold strings, not {type(v).__name__}: {v!r}")
+        out.append(v)
+    return out
+
+
+def _size(what: str, value: Optional[Size]) -> Optional[str]:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"{what} must be bytes (an int) or a size such as '256M', not {value!r}")
+    return str(value)
+
+
+def _duration(timeout: Optional[float]) -> Optional[str]:
+    """``--timeout`` for a timeout in seconds (runsbx checks it)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
+    if not math.isfinite(timeout):
+        return str(timeout)
+    return f"{float(timeout) * 1000.0:.3f}ms"
+
+
+class Invocation:
+    """One call, prepared: its command line, its stdin, its private
+    directory (``files`` in, ``outputs`` out). :meth:`finish` turns what
+    runsbx printed into a result or an exception; :meth:`cleanup` removes
+    the directory."""
+
+    def __init__(
+        self,
+        cmd: Command,
+        *,
+        streaming: bool,
+        image: Optional[str] = None,
+        rootfs: Optional[PathArg] = None,
+        timeout: Optional[float] = 30.0,
+        stdin: Union[Stdin, _Pipe] = None,
+        env: Optional[Mapping[str, str]] = None,
+        files: Optional[Mapping[str, FileContent]] = None,
+        outputs: Optional[Strings] = None,
+        allow_hosts: Optional[Strings] = None,
+        memory: Optional[Size] = None,
+        pids: Optional[int] = None,
+        profile: Optional[str] = None,
+        max_output: Optional[Size] = None,
+        binary: Optional[PathArg] = None,
+        check: bool = False,
+    ) -> None:
+        self.check = check
+        self.tmpdir: Optional[str] = None
+        self.output_dir: Optional[str] = None
+        self.overran = False
+
+        # Everything is checked before anything is made.
+        if isinstance(cmd, str):
+            command = ["sh", "-c", cmd]
+        else:
+            command = _strings("cmd", cmd)
+        for arg in command:
+            _no_nul("cmd", arg)
+
+        self.pipe_stdin = isinstance(stdin, _Pipe)
+        if self.pipe_stdin and not streaming:
+            raise TypeError("stdin=PIPE is for stream(); give run() the bytes or str to send")
+        self.input: Optional[bytes]
+        if stdin is None or isinstance(stdin, _Pipe):
+            self.input = None
+        elif isinstance(stdin, str):
+            self.input = stdin.encode("utf-8")
+        elif isinstance(stdin, (bytes, bytearray, memoryview)):
+            self.input = bytes(stdin)
+        else:
+            raise TypeError(f"stdin must be bytes, str or None, not {type(stdin).__name__}")
+
+        opts: List[str] = []
+        if image is not None:
+            opts.append(f"--image={_no_nul('image', image)}")
+        if rootfs is not None:
+            opts.append(f"--rootfs={_no_nul('rootfs', os.fspath(rootfs))}")
+        duration = _duration(timeout)
+        if duration is not None:
+            opts.append(f"--timeout={duration}")
+        if profile is not None:
+            opts.append(f"--profile={_no_nul('profile', profile)}")
+        for flag, value in (
+            ("memory", _size("memory", memory)),
+            ("max-output", _size("max_output", max_output)),
+        ):
+            if value is not None:
+                opts.append(f"--{flag}={_no_nul(flag, value)}")
+        if pids is not None:
+            if isinstance(pids, bool) or not isinstance(pids, int):
+                raise TypeError(f"pids must be an int, not {pids!r}")
+            opts.append(f"--pids={pids}")
+        if self.input is not None or self.pipe_stdin:
+            opts.append("--stdin=-")
+        for key, value in (env or {}).items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise TypeError(f"env must map str to str, not {key!r}: {value!r}")
+            if "=" in key:
+                # runsbx would split KEY=VALUE at the first '=', and set
+                # another variable than the caller asked for.
+                raise BadInput(f"env key {key!r}: use a KEY of letters, digits and _ (no '=')")
+            opts.append(f"--env={_no_nul('env', key)}={_no_nul('env', value)}")
+        for host in _strings("allow_hosts", allow_hosts):
+            opts.append(f"--allow-host={_no_nul('allow_hosts', host)}")
+        globs = _strings("outputs", outputs)
+        for glob in globs:
+            opts.append(f"--output={_no_nul('outputs', glob)}")
+
+        inputs: Dict[str, FileContent] = {}
+        for dest, content in (files or {}).items():
+            if not isinstance(dest, str):
+                raise TypeError(f"files must be keyed by a path (str), not {dest!r}")
+            _no_nul("files", dest)
+            if isinstance(content, os.PathLike):
+                host = os.fspath(content)
+                if not isinstance(host, str):
+                    raise TypeError(f"files[{dest!r}]: a host path must be a str path, not bytes")
+                if ":" in host:
+                    raise BadInput(
+                        f"files[{dest!r}]: the host path {host!r} holds ':', "
+                        "which runsbx's --input HOST:SANDBOX cannot carry"
+                    )
+                _no_nul("files", host)
+            elif not isinstance(content, (bytes, bytearray, memoryview, str)):
+                raise TypeError(
+                    f"files[{dest!r}] must be bytes, str or a host path (os.PathLike), "
+                    f"not {type(content).__name__}"
+                )
+            inputs[dest] = content
+
+        self.binary = find_binary(binary)
+        self.wall_timeout: Optional[float] = None
+        if isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0:
+            self.wall_timeout = float(timeout) + OVERRUN_GRACE
+        elif timeout is None:
+            self.wall_timeout = 30.0 + OVERRUN_GRACE
+
+        if inputs or globs:
+            self.tmpdir = tempfile.mkdtemp(prefix="runsbx-call-")
+        try:
+            if inputs:
+                opts.extend(self._write_inputs(inputs))
+            if globs:
+                assert self.tmpdir is not None
+                self.output_dir = os.path.join(self.tmpdir, "outputs")
+                os.mkdir(self.output_dir, 0o700)
+                opts.append(f"--output-dir={self.output_dir}")
+        except BaseException:
+            self.cleanup()
+            raise
+        mode = "--stream" if streaming else "--json"
+        self.argv: List[str] = [self.binary, "call", mode, *opts, "--", *command]
+
+    def _write_inputs(self, inputs: Mapping[str, FileContent]) -> List[str]:
+        """Writes the contents of ``files`` into the private directory (a
+        file per entry, named by its index: no host path to escape) and
+        returns their ``--input`` options."""
+        assert self.tmpdir is not None
+        if ":" in self.tmpdir:
+            raise BadInput(
+                f"the temporary directory {self.tmpdir!r} holds ':', which runsbx's "
+                "--input HOST:SANDBOX cannot carry; set TMPDIR to another directory"
+            )
+        indir = os.path.join(self.tmpdir, "inputs")
+        os.mkdir(indir, 0o700)
+        opts = []
+        for i, (dest, content) in enumerate(inputs.items()):
+            if isinstance(content, os.PathLike):
+                host = os.fspath(content)
+            else:
+                host = os.path.join(indir, str(i))
+                data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+                fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+            opts.append(f"--input={host}:{dest}")
+        return opts
+
+    def cleanup(self) -> None:
+        """Removes the call's private directory (inputs and outputs)."""
+        if self.tmpdir is not None:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+            self.tmpdir = None
+
+    def finish(self, returncode: int, result_line: Optional[bytes], stderr: bytes) -> CallResult:
+        """The result of the call from runsbx's exit code, the JSON result
+        it printed (``None`` if it printed none) and its stderr.
+
+        Raises:
+            CallError: The call did not run its command (by error kind).
+            TimedOut, NonZeroExit: With ``check``, see
+                :meth:`CallResult.check`.
+            ProtocolError: runsbx printed no result this client can read.
+        """
+        err = stderr.decode("utf-8", errors="replace")
+        if result_line is None or not result_line.strip():
+            raise self._no_result(returncode, err)
+        try:
+            obj = json.loads(result_line)
+        except ValueError as e:
+            raise ProtocolError(
+                f"runsbx (exit code {returncode}) printed a result that is not JSON ({e}): "
+                f"{result_line[:200]!r}",
+                returncode=returncode,
+                stderr=err,
+            ) from None
+        try:
+            result = parse_result(obj, self.output_dir)
+        except RunsbxError as e:
+            e.returncode, e.stderr = returncode, err
+            raise
+        if self.overran:
+            raise Failure(
+                f"runsbx did not end within {OVERRUN_GRACE:.0f} s after the call's deadline "
+                "and was stopped",
+                result=result,
+                returncode=returncode,
+                stderr=err,
+            )
+        if result.status == "error":
+            message = result.error.message if result.error else "the call failed"
+            kind = result.error.kind if result.error else None
+            cls = error_class(kind, message, returncode)
+            raise cls(message, result=result, returncode=returncode, stderr=err)
+        if self.check:
+            result.check()
+        return result
+
+    def _no_result(self, returncode: int, stderr: str) -> RunsbxError:
+        """The error when runsbx printed no result."""
+        lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+        said = lines[0] if lines else ""
+        if said.startswith("error: "):
+            said = said[len("error: ") :]
+        if self.overran:
+            return Failure(
+                f"runsbx did not end within {OVERRUN_GRACE:.0f} s after the call's deadline "
+                "and was stopped",
+                returncode=returncode,
+                stderr=stderr,
+            )
+        if returncode < 0:
+            try:
+                name = signal.Signals(-returncode).name
+            except ValueError:
+                name = f"signal {-returncode}"
+            return Failure(
+                f"runsbx was killed by {name} before it printed a result",
+                returncode=returncode,
+                stderr=stderr,
+            )
+        cls = error_class(None, said, returncode)
+        if cls is CallError:
+            return ProtocolError(
+                f"runsbx exited with {returncode} without printing a result"
+                + (f": {said}" if said else ""),
+                returncode=returncode,
+                stderr=stderr,
+            )
+        return cls(said or f"runsbx exited with {returncode}", returncode=returncode, stderr=stderr)
+
+
+class StreamProtocol:
+    """The lines of ``runsbx call --stream``: chunks, ``capped`` events and,
+    last, the result (the one line without a ``"type"``)."""
+
+    def __init__(self) -> None:
+        self.capped: Dict[str, Capped] = {}
+        self.result_line: Optional[bytes] = None
+
+    def line(self, line: bytes) -> Optional[Chunk]:
+        """The chunk a line carries, if any (a ``capped`` event is recorded
+        in :attr:`capped`, the result in :attr:`result_line`)."""
+        line = line.strip()
+        if not line:
+            return None
+        try:
+            obj = json.loads(line)
+        except ValueError as e:
+            raise ProtocolError(f"runsbx --stream printed a line that is not JSON ({e}): {line[:200]!r}") from None
+        if not isinstance(obj, dict):
+            raise ProtocolError(f"runsbx --stream printed a line that is not an object: {line[:200]!r}")
+        if "type" not in obj:
+            self.result_line = line
+            return None
+        event = parse_event(obj)
+        if isinstance(event, Capped):
+            self.capped[event.stream] = event
+            return None
+        return event
+
+
+class StderrTail:
+    """The last :data:`STDERR_KEEP` bytes of runsbx's own stderr."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def add(self, data: bytes) -> None:
+        self.data += data
+        if len(self.data) > STDERR_KEEP:
+            del self.data[: len(self.data) - STDERR_KEEP]
+
+    def value(self) -> bytes:
+        return bytes(self.data)
+
+
+__all__ = ["PIPE", "Invocation", "StreamProtocol", "StderrTail"]

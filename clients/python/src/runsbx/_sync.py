@@ -1,0 +1,478 @@
+"""The synchronous API: :func:`run` and :func:`stream`."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+from types import TracebackType
+from typing import IO, Dict, Iterator, Mapping, Optional, Tuple, Type, Union
+
+from ._binary import PathArg, not_runnable
+from ._call import (
+    TERM_GRACE,
+    Command,
+    FileContent,
+    Invocation,
+    Size,
+    Stdin,
+    StderrTail,
+    StreamProtocol,
+    Strings,
+    _Pipe,
+)
+from .errors import RunsbxError
+from .result import CallResult, Capped, Chunk
+
+__all__ = ["run", "stream", "CallStream"]
+
+
+def run(
+    cmd: Command,
+    *,
+    image: Optional[str] = None,
+    rootfs: Optional[PathArg] = None,
+    timeout: Optional[float] = 30.0,
+    stdin: Stdin = None,
+    env: Optional[Mapping[str, str]] = None,
+    files: Optional[Mapping[str, FileContent]] = None,
+    outputs: Optional[Strings] = None,
+    allow_hosts: Optional[Strings] = None,
+    memory: Optional[Size] = None,
+    pids: Optional[int] = None,
+    profile: Optional[str] = None,
+    max_output: Optional[Size] = None,
+    binary: Optional[PathArg] = None,
+    check: bool = False,
+) -> CallResult:
+    """Runs ``cmd`` in a fresh sandbox (``runsbx call``) and returns its
+    result once it has ended.
+
+    Args:
+        cmd: The command and its arguments; a string is run with ``sh -c``.
+        image: The image to run on (runsbx's default: ``python``).
+        rootfs: A root filesystem directory to run on instead of an image.
+        timeout: The deadline in seconds: the whole sandbox is killed when
+            it passes (the result says ``timed_out``). ``None``: runsbx's
+            default (30 s).
+        stdin: The command's stdin (a str is sent as UTF-8); ``None``: empty.
+        env: Environment variables for the command (the image's
+            environment, ``HOME=/tmp``, then these; never this process's).
+        files: Files to put in the fresh ``/workspace``: path relative to
+            it -> content (bytes or str, written as a file of mode 0644),
+            or an :class:`os.PathLike` host path (a file or a directory) to
+            copy in.
+        outputs: Globs relative to ``/workspace`` (``*``, ``?``, ``**``) of
+            files to copy out after the command; their content is in
+            :attr:`CallResult.outputs` (symbolic links are refused).
+        allow_hosts: Hosts the command may reach through runsbx's egress
+            proxy (``NAME``, ``NAME:PORT``, ``*.SUFFIX``); none by default.
+        memory: A memory limit (bytes, or ``"256M"``), no higher than the
+            profile's.
+        pids: A process limit, no higher than the profile's.
+        profile: A profile the operator made selectable (as strict or
+            stricter).
+        max_output: Bytes kept of each of stdout and stderr (bytes, or
+            ``"1M"``): the first and the last halves (runsbx's default 1M).
+        binary: The runsbx binary (default: ``$RUNSBX_BIN``, else
+            ``runsbx`` on ``PATH``).
+        check: Raise :class:`~runsbx.TimedOut` on a timeout and
+            :class:`~runsbx.NonZeroExit` when the command does not exit 0,
+            instead of returning the result.
+
+    Returns:
+        The call's result; a command that exits non-zero, or (without
+        ``check``) runs into its deadline, is a result too.
+
+    Raises:
+        CallError: The call could not run its command: :class:`BadInput`
+            (:class:`ImageNotFound`), :class:`Refused`,
+            :class:`CommandNotFound`, :class:`NotExecutable`,
+            :class:`Failure`.
+        TimedOut, NonZeroExit: With ``check``.
+        BinaryNotFound: No runsbx binary.
+        TypeError: An argument of the wrong type.
+    """
+    inv = Invocation(
+        cmd,
+        streaming=False,
+        image=image,
+        rootfs=rootfs,
+        timeout=timeout,
+        stdin=stdin,
+        env=env,
+        files=files,
+        outputs=outputs,
+        allow_hosts=allow_hosts,
+        memory=memory,
+        pids=pids,
+        profile=profile,
+        max_output=max_output,
+        binary=binary,
+        check=check,
+    )
+    try:
+        proc = _start(inv)
+        try:
+            out, err = proc.communicate(inv.input, timeout=inv.wall_timeout)
+        except subprocess.TimeoutExpired:
+            inv.overran = True
+            out, err = _stop(proc)
+        except BaseException:
+            # KeyboardInterrupt and the like: runsbx kills the sandbox and
+            # cleans up on SIGTERM.
+            _stop(proc)
+            raise
+        return inv.finish(proc.returncode, _last_line(out), err)
+    finally:
+        inv.cleanup()
+
+
+def stream(
+    cmd: Command,
+    *,
+    image: Optional[str] = None,
+    rootfs: Optional[PathArg] = None,
+    timeout: Optional[float] = 30.0,
+    stdin: Union[Stdin, _Pipe] = None,
+    env: Optional[Mapping[str, str]] = None,
+    files: Optional[Mapping[str, FileContent]] = None,
+    outputs: Optional[Strings] = None,
+    allow_hosts: Optional[Strings] = None,
+    memory: Optional[Size] = None,
+    pids: Optional[int] = None,
+    profile: Optional[str] = None,
+    max_output: Optional[Size] = None,
+    binary: Optional[PathArg] = None,
+    check: bool = False,
+) -> CallStream:
+    """Starts ``cmd`` in a fresh sandbox (``runsbx call --stream``) and
+    returns an iterator over its output as it arrives.
+
+    Takes the arguments of :func:`run`; ``stdin`` may also be
+    :data:`runsbx.PIPE`: the command's stdin is then a pipe written with
+    :meth:`CallStream.write_stdin` and closed with
+    :meth:`CallStream.close_stdin`.
+
+    The iterator yields :class:`Chunk` objects, stdout and stderr in the
+    order they arrived, up to ``max_output / 2`` bytes of each stream (then
+    :attr:`CallStream.capped` records it and the rest of that stream is
+    only in the result's tail). At its end, :attr:`CallStream.result` is
+    the call's result; an error (the call could not run, or ``check``)
+    is raised by the iteration itself, where the result would be.
+
+    Use it as a context manager: leaving the block before the end stops
+    the call (the sandbox is killed and cleaned up)::
+
+        with runsbx.stream(["python3", "train.py"]) as s:
+            for chunk in s:
+                print(chunk.text, end="")
+        print(s.result.exit_code)
+    """
+    inv = Invocation(
+        cmd,
+        streaming=True,
+        image=image,
+        rootfs=rootfs,
+        timeout=timeout,
+        stdin=stdin,
+        env=env,
+        files=files,
+        outputs=outputs,
+        allow_hosts=allow_hosts,
+        memory=memory,
+        pids=pids,
+        profile=profile,
+        max_output=max_output,
+        binary=binary,
+        check=check,
+    )
+    try:
+        return CallStream(inv)
+    except BaseException:
+        inv.cleanup()
+        raise
+
+
+def _start(inv: Invocation) -> subprocess.Popen[bytes]:
+    piped = inv.input is not None or inv.pipe_stdin
+    try:
+        return subprocess.Popen(
+            inv.argv,
+            stdin=subprocess.PIPE if piped else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            close_fds=True,
+        )
+    except OSError as e:
+        raise not_runnable(inv.binary, e) from e
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> Tuple[bytes, bytes]:
+    """Stops runsbx (SIGTERM: it kills the sandbox and cleans up, then
+    prints its result; SIGKILL if it does not end in time) and returns what
+    it printed."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.communicate(timeout=TERM_GRACE)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()
+    except (OSError, ValueError):
+        # The pipes were already in use or closed: just reap it.
+        proc.kill()
+        proc.wait()
+        return b"", b""
+
+
+def _last_line(out: bytes) -> Optional[bytes]:
+    lines = [line for line in out.splitlines() if line.strip()]
+    return lines[-1] if lines else None
+
+
+class CallStream(Iterator[Chunk]):
+    """A running call's output, chunk by chunk (see :func:`stream`).
+
+    Iterating yields :class:`Chunk` objects; after the last,
+    :attr:`result` is the call's result. A context manager: leaving the
+    block (or :meth:`close`) before the end stops the call.
+    """
+
+    def __init__(self, inv: Invocation) -> None:
+        self._inv = inv
+        self._protocol = StreamProtocol()
+        self._stderr = StderrTail()
+        self._result: Optional[CallResult] = None
+        self._error: Optional[BaseException] = None
+        self._finished = False
+        self._lock = threading.Lock()
+        self._proc = _start(inv)
+        assert self._proc.stdout is not None and self._proc.stderr is not None
+        self._stdout: IO[bytes] = self._proc.stdout
+        self._threads = [
+            threading.Thread(target=self._drain_stderr, name="runsbx-stderr", daemon=True)
+        ]
+        if inv.input is not None:
+            self._threads.append(
+                threading.Thread(target=self._feed, args=(inv.input,), name="runsbx-stdin", daemon=True)
+            )
+        for t in self._threads:
+            t.start()
+        self._timer: Optional[threading.Timer] = None
+        if inv.wall_timeout is not None:
+            self._timer = threading.Timer(inv.wall_timeout, self._overrun)
+            self._timer.daemon = True
+            self._timer.start()
+
+    # -- the iterator ------------------------------------------------------
+
+    def __iter__(self) -> CallStream:
+        return self
+
+    def __next__(self) -> Chunk:
+        if self._finished:
+            raise StopIteration
+        try:
+            while True:
+                line = self._stdout.readline()
+                if not line:
+                    break
+                chunk = self._protocol.line(line)
+                if chunk is not None:
+                    return chunk
+        except BaseException:
+            self.close()
+            raise
+        self._end()
+        raise StopIteration
+
+    def _end(self) -> None:
+        """The output is over: reaps runsbx and makes the result (or the
+        error, raised here and kept for :attr:`result`)."""
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+        try:
+            returncode = self._proc.wait()
+            self._join()
+            self._result = self._inv.finish(
+                returncode, self._protocol.result_line, self._stderr.value()
+            )
+        except RunsbxError as e:
+            self._error = e
+            raise
+        finally:
+            self._inv.cleanup()
+
+    # -- what it knows -----------------------------------------------------
+
+    @property
+    def result(self) -> CallResult:
+        """The call's result, once the iteration has ended.
+
+        Raises:
+            RuntimeError: The call is still running.
+            RunsbxError: The error the iteration raised.
+        """
+        if self._error is not None:
+            raise self._error
+        if self._result is None:
+            if self._finished:
+                raise RuntimeError("the stream was closed before the call printed its result")
+            raise RuntimeError("the call is still running: iterate to the end first, or use wait()")
+        return self._result
+
+    @property
+    def capped(self) -> Dict[str, Capped]:
+        """The streams (``"stdout"``, ``"stderr"``) whose head is full, with
+        how many bytes of each were streamed."""
+        return dict(self._protocol.capped)
+
+    @property
+    def running(self) -> bool:
+        """Whether runsbx (and so the call) is still running."""
+        return self._proc.poll() is None
+
+    @property
+    def pid(self) -> int:
+        """runsbx's process id."""
+        return self._proc.pid
+
+    def wait(self) -> CallResult:
+        """Reads the rest of the output (dropping it) and returns the
+        result (or raises as the iteration would)."""
+        for _ in self:
+            pass
+        return self.result
+
+    # -- stdin ---------------------------------------------------------------
+
+    def write_stdin(self, data: Union[bytes, str]) -> None:
+        """Writes to the command's stdin (``stdin=PIPE``).
+
+        Raises:
+            BrokenPipeError: The command does not read it any more.
+        """
+        if not self._inv.pipe_stdin or self._proc.stdin is None:
+            raise RuntimeError("write_stdin() needs stream(..., stdin=runsbx.PIPE)")
+        self._proc.stdin.write(data.encode("utf-8") if isinstance(data, str) else data)
+        self._proc.stdin.flush()
+
+    def close_stdin(self) -> None:
+        """Closes the command's stdin (it reads end of file)."""
+        if self._inv.pipe_stdin and self._proc.stdin is not None and not self._proc.stdin.closed:
+            try:
+                self._proc.stdin.close()
+            except BrokenPipeError:
+                pass
+
+    # -- stopping ------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stops the call if it is still running (runsbx kills the sandbox
+        and cleans up; the result, if it printed one, says
+        ``"interrupted"``). Never raises for the call's outcome."""
+        with self._lock:
+            if self._finished:
+                return
+            self._finished = True
+        try:
+            self.close_stdin()
+            if self._proc.poll() is None:
+                self._proc.send_signal(signal.SIGTERM)
+            # runsbx may be blocked writing a line: read on while it ends.
+            drain = threading.Thread(target=self._drain_stdout, daemon=True)
+            drain.start()
+            try:
+                returncode = self._proc.wait(timeout=TERM_GRACE)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                returncode = self._proc.wait()
+            drain.join(TERM_GRACE)
+            self._join()
+            try:
+                self._inv.check = False
+                self._result = self._inv.finish(
+                    returncode, self._protocol.result_line, self._stderr.value()
+                )
+            except RunsbxError:
+                pass
+        finally:
+            self._inv.cleanup()
+
+    def __enter__(self) -> CallStream:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Left without close(): at least stop the call (runsbx cleans up).
+        proc = getattr(self, "_proc", None)
+        if proc is not None and not getattr(self, "_finished", True) and proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except OSError:
+                pass
+
+    # -- helpers ------------------------------------------------------------
+
+    def _join(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        for t in self._threads:
+            t.join(TERM_GRACE)
+        for pipe in (self._proc.stdout, self._proc.stderr, self._proc.stdin):
+            if pipe is not None:
+                try:
+                    pipe.close()
+                except OSError:
+                    pass
+
+    def _overrun(self) -> None:
+        if self._proc.poll() is None:
+            self._inv.overran = True
+            self._proc.send_signal(signal.SIGTERM)
+
+    def _drain_stdout(self) -> None:
+        try:
+            for line in iter(self._stdout.readline, b""):
+                try:
+                    self._protocol.line(line)
+                except RunsbxError:
+                    pass
+        except (OSError, ValueError):
+            pass
+
+    def _drain_stderr(self) -> None:
+        assert self._proc.stderr is not None
+        try:
+            fd = self._proc.stderr.fileno()
+            while True:
+                data = os.read(fd, 65536)
+                if not data:
+                    return
+                self._stderr.add(data)
+        except (OSError, ValueError):
+            pass
+
+    def _feed(self, data: bytes) -> None:
+        stdin = self._proc.stdin
+        assert stdin is not None
+        try:
+            stdin.write(data)
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+        finally:
+            try:
+                stdin.close()
+            except OSError:
+                pass

@@ -1,0 +1,253 @@
+"""runsbx.run against the real binary: output, exit codes, stdin, env,
+files in and out, truncation, binary output, the deadline, egress."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import tempfile
+import unittest
+
+from _support import RunsbxTestCase
+
+import runsbx
+
+
+class RunTest(RunsbxTestCase):
+    def test_output_and_exit_code(self) -> None:
+        r = runsbx.run(
+            ["sh", "-c", "echo out; echo err >&2; exit 3"], rootfs=self.rootfs
+        )
+        self.assertIsInstance(r, runsbx.CallResult)
+        self.assertEqual(r.schema, runsbx.SCHEMA)
+        self.assertEqual((r.status, r.exit_code, r.signal), ("exited", 3, None))
+        self.assertFalse(r.ok)
+        self.assertFalse(r.timed_out)
+        self.assertEqual(r.stdout.data, b"out\n")
+        self.assertEqual(r.stdout_text, "out\n")
+        self.assertEqual(r.stderr_text, "err\n")
+        self.assertEqual((r.stdout.bytes, r.stdout.truncated, r.stdout.omitted_bytes), (4, False, 0))
+        self.assertEqual(r.command, ("sh", "-c", "echo out; echo err >&2; exit 3"))
+        self.assertTrue(r.id and r.id.startswith("call-"), r.id)
+        self.assertIsNone(r.image)
+        self.assertIsNone(r.error)
+        self.assertGreater(r.duration_ms, 0)
+        # The isolation layers in force, and the limits.
+        self.assertIsNotNone(r.attestation)
+        assert r.attestation is not None
+        layers = {layer.layer: layer for layer in r.attestation}
+        self.assertTrue(layers["seccomp_allowlist"].in_force, layers)
+        self.assertEqual(r.limits.timeout_ms, 30000)
+        self.assertIn("schema", r.raw)
+        # A non-zero exit is a result; with check it raises.
+        with self.assertRaises(runsbx.NonZeroExit) as cm:
+            r.check()
+        self.assertIs(cm.exception.result, r)
+        self.assertEqual(cm.exception.exit_code, 3)
+
+    def test_success_and_a_string_command(self) -> None:
+        r = runsbx.run("echo $((6*7)) | cat", rootfs=self.rootfs, check=True)
+        self.assertTrue(r.ok)
+        self.assertEqual(r.stdout_text, "42\n")
+        self.assertEqual(r.command, ("sh", "-c", "echo $((6*7)) | cat"))
+        self.assertIs(r.check(), r)
+
+    def test_check_raises_non_zero_exit(self) -> None:
+        with self.assertRaises(runsbx.NonZeroExit) as cm:
+            runsbx.run(["false"], rootfs=self.rootfs, check=True)
+        self.assertEqual(cm.exception.exit_code, 1)
+        self.assertIsInstance(cm.exception, runsbx.RunsbxError)
+        assert cm.exception.result is not None
+        self.assertEqual(cm.exception.result.status, "exited")
+
+    def test_stdin(self) -> None:
+        r = runsbx.run(["cat"], rootfs=self.rootfs, stdin=b"bytes in\x00\xff")
+        self.assertEqual(r.stdout.data, b"bytes in\x00\xff")
+        r = runsbx.run(["cat"], rootfs=self.rootfs, stdin="text é\n")
+        self.assertEqual(r.stdout_text, "text é\n")
+        # Without stdin the command reads an empty one, at once.
+        r = runsbx.run(["sh", "-c", "cat; echo end"], rootfs=self.rootfs, timeout=10)
+        self.assertEqual(r.stdout_text, "end\n")
+        # More than a pipe holds.
+        big = b"x" * (1 << 20)
+        r = runsbx.run(["wc", "-c"], rootfs=self.rootfs, stdin=big)
+        self.assertEqual(r.stdout_text.strip(), str(len(big)))
+
+    def test_env(self) -> None:
+        r = runsbx.run(
+            ["sh", "-c", 'printf "%s|%s|%s" "$GREETING" "$EMPTY" "$HOME"'],
+            rootfs=self.rootfs,
+            env={"GREETING": "hello world=1 'q'", "EMPTY": ""},
+        )
+        self.assertEqual(r.stdout_text, "hello world=1 'q'||/tmp")
+        # This process's environment never reaches the sandbox.
+        os.environ["RUNSBX_PY_TEST_SECRET"] = "leak"
+        try:
+            r = runsbx.run(["env"], rootfs=self.rootfs)
+        finally:
+            del os.environ["RUNSBX_PY_TEST_SECRET"]
+        self.assertNotIn("RUNSBX_PY_TEST_SECRET", r.stdout_text)
+
+    def test_files_in_and_outputs_out(self) -> None:
+        with tempfile.TemporaryDirectory() as host:
+            tree = pathlib.Path(host, "tree")
+            (tree / "sub").mkdir(parents=True)
+            (tree / "sub" / "deep.txt").write_text("from a host directory\n")
+            r = runsbx.run(
+                [
+                    "sh",
+                    "-c",
+                    "cat data/in.txt tree/sub/deep.txt; printf '\\000\\001\\377' > data/in.bin.out; "
+                    "mkdir -p res/a; echo made > res/a/one.txt; echo two > res/two.txt; "
+                    "cat script.sh > copy.txt; ln -s /etc/passwd link.txt",
+                ],
+                rootfs=self.rootfs,
+                files={
+                    "data/in.txt": "text input\n",
+                    "/workspace/script.sh": b"#!/bin/sh\n",
+                    "tree": tree,
+                },
+                outputs=["res/**/*.txt", "copy.txt", "link.txt", "data/*.out", "absent.txt"],
+            )
+        self.assertTrue(r.ok, r)
+        self.assertEqual(r.stdout_text, "text input\nfrom a host directory\n")
+        by_path = {o.path: o for o in r.outputs}
+        self.assertEqual(r.output("res/a/one.txt"), b"made\n")
+        self.assertEqual(r.output("res/two.txt"), b"two\n")
+        self.assertEqual(r.output("copy.txt"), b"#!/bin/sh\n")
+        self.assertEqual(r.output("data/in.bin.out"), b"\x00\x01\xff")
+        self.assertEqual(by_path["res/a/one.txt"].bytes, 5)
+        self.assertTrue(by_path["copy.txt"].ok)
+        # A symbolic link is refused, a glob without a match says so.
+        self.assertFalse(by_path["link.txt"].ok)
+        self.assertIn("symbolic link", by_path["link.txt"].error or "")
+        self.assertIsNone(by_path["link.txt"].data)
+        self.assertIn("no such file", by_path["absent.txt"].error or "")
+        with self.assertRaises(KeyError):
+            r.output("link.txt")
+        with self.assertRaises(KeyError):
+            r.output("never-asked.txt")
+
+    def test_private_directory_is_removed(self) -> None:
+        before = set(os.listdir(tempfile.gettempdir()))
+        runsbx.run(
+            ["sh", "-c", "cat in > out"],
+            rootfs=self.rootfs,
+            files={"in": "x"},
+            outputs="out",
+        )
+        after = set(os.listdir(tempfile.gettempdir()))
+        self.assertFalse(
+            [d for d in after - before if d.startswith("runsbx-call-")], after - before
+        )
+
+    def test_truncation(self) -> None:
+        r = runsbx.run(
+            ["sh", "-c", "printf 0123456789abcdef; printf ABCDEFGHIJ >&2"],
+            rootfs=self.rootfs,
+            max_output=8,
+        )
+        self.assertTrue(r.truncated)
+        self.assertTrue(r.stdout.truncated)
+        self.assertEqual(r.stdout.data, b"0123cdef")
+        self.assertEqual((r.stdout.head, r.stdout.tail), (b"0123", b"cdef"))
+        self.assertEqual((r.stdout.bytes, r.stdout.omitted_bytes), (16, 8))
+        self.assertEqual(r.stderr.data, b"ABCDGHIJ")
+        # A size as runsbx writes it.
+        r = runsbx.run(["sh", "-c", "yes | head -c 5000"], rootfs=self.rootfs, max_output="2K")
+        self.assertEqual((len(r.stdout.data), r.stdout.bytes), (2048, 5000))
+
+    def test_binary_output(self) -> None:
+        r = runsbx.run(["printf", "\\377\\376\\000bin"], rootfs=self.rootfs)
+        self.assertEqual(r.stdout.encoding, "base64")
+        self.assertEqual(r.stdout.data, b"\xff\xfe\x00bin")
+        self.assertEqual(r.stdout.text, "\ufffd\ufffd\x00bin")
+
+    def test_timeout_is_a_result(self) -> None:
+        r = runsbx.run(["sh", "-c", "echo started; sleep 30"], rootfs=self.rootfs, timeout=1.5)
+        self.assertTrue(r.timed_out)
+        self.assertEqual((r.status, r.exit_code), ("timed_out", None))
+        self.assertEqual(r.limits.timeout_ms, 1500)
+        self.assertEqual(r.stdout_text, "started\n")
+        self.assertLess(r.duration_ms, 20000)
+        self.assertFalse(r.ok)
+
+    def test_timeout_raises_with_check(self) -> None:
+        with self.assertRaises(runsbx.TimedOut) as cm:
+            runsbx.run(["sleep", "30"], rootfs=self.rootfs, timeout=0.5, check=True)
+        result = cm.exception.result
+        assert result is not None
+        self.assertTrue(result.timed_out)
+        self.assertIn("timed out", str(cm.exception))
+
+    def test_limits(self) -> None:
+        r = runsbx.run(["true"], rootfs=self.rootfs, memory="64M", pids=16)
+        self.assertTrue(r.ok, r)
+        if os.geteuid() == 0:
+            self.assertEqual((r.limits.memory_bytes, r.limits.pids), (64 << 20, 16))
+        r = runsbx.run(["true"], rootfs=self.rootfs, memory=32 << 20)
+        if os.geteuid() == 0:
+            self.assertEqual(r.limits.memory_bytes, 32 << 20)
+
+    def test_egress_report(self) -> None:
+        r = runsbx.run(
+            ["sh", "-c", 'echo "$HTTPS_PROXY"'],
+            rootfs=self.rootfs,
+            allow_hosts="example.org",
+        )
+        self.assertTrue(r.ok, r)
+        assert r.egress is not None
+        self.assertEqual(r.egress.allow, ("example.org",))
+        self.assertEqual(r.egress.proxy, "127.0.0.1:3128")
+        self.assertIn("127.0.0.1:3128", r.stdout_text)
+        self.assertEqual(r.egress.denied, ())
+        self.assertEqual(r.egress.stats.connections, 0)
+        # Without allow_hosts there is no egress at all.
+        self.assertIsNone(runsbx.run(["true"], rootfs=self.rootfs).egress)
+
+
+class PythonImageTest(RunsbxTestCase):
+    """On the default image, when `runsbx image ls` lists `python`."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.need_python_image()
+
+    def test_python_on_the_default_image(self) -> None:
+        r = runsbx.run(["python3", "-c", "print(6*7)"], check=True)
+        self.assertEqual(r.image, "python")
+        self.assertEqual(r.stdout_text, "42\n")
+
+    def test_python_files_stdin_and_outputs(self) -> None:
+        code = (
+            "import json, sys, os\n"
+            "data = json.load(open('in/data.json'))\n"
+            "line = sys.stdin.readline().strip()\n"
+            "open('out.bin', 'wb').write(bytes(range(256)))\n"
+            "print(json.dumps({'sum': sum(data), 'line': line, 'cwd': os.getcwd(),\n"
+            "                  'uid': os.getuid(), 'key': os.environ['KEY']}))\n"
+        )
+        r = runsbx.run(
+            ["python3", "main.py"],
+            files={"main.py": code, "in/data.json": "[1, 2, 3]"},
+            stdin="a line\n",
+            env={"KEY": "value"},
+            outputs=["*.bin"],
+            check=True,
+        )
+        import json
+
+        got = json.loads(r.stdout_text)
+        self.assertEqual(
+            got, {"sum": 6, "line": "a line", "cwd": "/workspace", "uid": 0, "key": "value"}
+        )
+        self.assertEqual(r.output("out.bin"), bytes(range(256)))
+
+    def test_python_exception_is_a_result(self) -> None:
+        r = runsbx.run(["python3", "-c", "raise SystemExit('bad: ' + 'x')"])
+        self.assertEqual(r.exit_code, 1)
+        self.assertIn("bad: x", r.stderr_text)
+
+
+if __name__ == "__main__":
+    unittest.main()
