@@ -56,10 +56,17 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
         }
     }
     for (dest, size) in &cx.profile.tmpfs {
-        match &cx.host.call_workspace {
-            Some(source) if dest == Path::new(WORKSPACE) => kept.push(workspace_bind(source)?),
-            _ => kept.push(tmpfs(dest, size.0)?),
-        }
+        let m = match &cx.host.call_workspace {
+            Some(source) if dest == Path::new(WORKSPACE) => workspace_bind(source)?,
+            _ => tmpfs(dest, size.0)?,
+        };
+        // Before the spec's mounts below it (an engine's `--tmpfs /tmp/x`,
+        // a volume at /workspace/data), which it would otherwise cover.
+        let at = kept
+            .iter()
+            .position(|k| k.destination() != dest && k.destination().starts_with(dest))
+            .unwrap_or(kept.len());
+        kept.insert(at, m);
     }
     cx.tmpcopyup = take_tmpcopyup(&mut kept);
     if kept != old {

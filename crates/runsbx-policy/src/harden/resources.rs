@@ -19,6 +19,12 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
         .filter(|l| *l > 0)
         .map_or(memory_max, |l| l.min(memory_max));
     memory.set_limit(Some(limit));
+    // A process past the limit is killed, not left hanging: the OOM killer
+    // stays on (libcontainer 0.7 would not apply this field either).
+    let oom_killer_off = memory.disable_oom_killer() == Some(true);
+    if oom_killer_off {
+        memory.set_disable_oom_killer(Some(false));
+    }
     resources.set_memory(Some(memory));
 
     // CPU: a quota of cpu_millis per 100 ms period, or the spec's share
@@ -49,6 +55,13 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     pids.set_limit(current.map_or(limits.pids, |l| l.min(limits.pids)));
     resources.set_pids(Some(pids));
 
+    if oom_killer_off {
+        cx.change(
+            "linux.resources.memory.disableOOMKiller",
+            "the OOM killer stays on: a process past the memory limit is killed",
+        );
+    }
+    let linux = cx.linux();
     if before.as_ref() != Some(&resources) {
         linux.set_resources(Some(resources));
         cx.change(

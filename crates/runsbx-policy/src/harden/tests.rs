@@ -363,6 +363,65 @@ fn an_engines_init_is_bound_read_only_where_the_process_runs_it() {
 }
 
 #[test]
+fn the_profiles_tmpfs_goes_under_the_specs_mounts_below_it() {
+    let mut spec = load("podman.json");
+    let mut mounts = spec.mounts().clone().unwrap();
+    for dest in ["/tmp/sub", "/dev/shm/sub"] {
+        mounts.push(
+            MountBuilder::default()
+                .destination(dest)
+                .typ("tmpfs")
+                .source("tmpfs")
+                .build()
+                .unwrap(),
+        );
+    }
+    spec.set_mounts(Some(mounts));
+    let out = harden(spec, &profile(), &as_root()).unwrap();
+    let order: Vec<&Path> = out
+        .spec
+        .mounts()
+        .iter()
+        .flatten()
+        .map(|m| m.destination().as_path())
+        .collect();
+    let at = |p: &str| order.iter().position(|d| *d == Path::new(p)).unwrap();
+    assert!(at("/tmp") < at("/tmp/sub"), "{order:?}");
+    assert!(
+        at("/dev") < at("/dev/shm") && at("/dev/shm") < at("/dev/shm/sub"),
+        "{order:?}"
+    );
+}
+
+#[test]
+fn disabling_the_oom_killer_is_undone_and_said() {
+    let mut spec = load("podman.json");
+    let mut linux = spec.linux().clone().unwrap();
+    let mut resources = linux.resources().clone().unwrap_or_default();
+    let mut memory = resources.memory().unwrap_or_default();
+    memory.set_disable_oom_killer(Some(true));
+    resources.set_memory(Some(memory));
+    linux.set_resources(Some(resources));
+    spec.set_linux(Some(linux));
+    let out = harden(spec, &profile(), &as_root()).unwrap();
+    let memory = out
+        .spec
+        .linux()
+        .as_ref()
+        .unwrap()
+        .resources()
+        .as_ref()
+        .unwrap()
+        .memory()
+        .unwrap();
+    assert_eq!(memory.disable_oom_killer(), Some(false));
+    assert!(out
+        .changes
+        .iter()
+        .any(|c| c.field == "linux.resources.memory.disableOOMKiller"));
+}
+
+#[test]
 fn a_bind_of_the_hosts_sys_is_dropped_like_a_sysfs() {
     // Rootless buildah's RUN steps ask for it.
     let spec = with_bind(load("podman.json"), "/sys", "/sys", &["rbind", "ro"]);
