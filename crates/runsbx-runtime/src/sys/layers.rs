@@ -379,8 +379,14 @@ mod tests {
             fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
         }
         assert!(!closed_to_others(&upper));
-        // Group-traversable is open too.
+        // Group-traversable is open too, but to group root as real root
+        // (docker's storage is 0710 root:root).
         fs::set_permissions(open.path(), fs::Permissions::from_mode(0o710)).unwrap();
+        if nix::unistd::Uid::effective().is_root() && !crate::sys::privilege::rootless() {
+            nix::unistd::chown(open.path(), None, Some(nix::unistd::Gid::from_raw(0))).unwrap();
+            assert!(closed_to_others(&upper));
+            nix::unistd::chown(open.path(), None, Some(nix::unistd::Gid::from_raw(1))).unwrap();
+        }
         assert!(!closed_to_others(&upper));
     }
 

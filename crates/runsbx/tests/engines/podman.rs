@@ -676,6 +676,17 @@ fn podman_tmpfs_starts_with_the_images_content(fx: Fixture) {
     );
     assert_eq!(lines[2], "new", "{out:?}");
     assert!(lines[3].contains(" - tmpfs "), "a tmpfs: {out:?}");
+
+    // A tmpfs below the profile's /tmp is not covered by it.
+    let out = podman.run_sandboxed(&[
+        "--tmpfs",
+        "/tmp/x:size=1m",
+        IMAGE,
+        "sh",
+        "-c",
+        "touch /tmp/x/f && grep -c ' /tmp/x ' /proc/self/mountinfo",
+    ]);
+    assert_eq!((out.code, out.stdout.as_str()), (0, "1\n"), "{out:?}");
 }
 as_root_and_rootless!(RUNSBX, podman_tmpfs_starts_with_the_images_content: podman_tmpfs_as_root, podman_tmpfs_rootless);
 
