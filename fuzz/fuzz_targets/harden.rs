@@ -30,15 +30,17 @@ fn host(rootless: bool) -> HostFacts {
             gids: vec![IdRange { base: 0, size: 65_537 }],
             engines: true,
         }),
-        // Whatever the fuzzed spec binds at an init path or /data counts as
-        // the engine's own.
+        // What the fuzzed spec binds from these sources at these paths
+        // counts as the engine's own.
         engine_binds: vec![
             EngineBind {
                 destination: "/sbin/docker-init".into(),
+                source: "/usr/bin/docker-init".into(),
                 kind: EngineBindKind::SystemFile,
             },
             EngineBind {
                 destination: "/data".into(),
+                source: "/var/lib/docker/volumes/v/_data".into(),
                 kind: EngineBindKind::Volume,
             },
         ],

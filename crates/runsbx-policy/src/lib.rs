@@ -66,12 +66,21 @@ pub struct HostFacts {
     pub engine_binds: Vec<EngineBind>,
 }
 
-/// A bind mount of the spec (by destination) and what the runtime found
-/// its source to be.
+/// A bind mount of the spec (its destination and source, as the spec
+/// gives them) and what the runtime found its source to be.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EngineBind {
     pub destination: std::path::PathBuf,
+    pub source: std::path::PathBuf,
     pub kind: EngineBindKind,
+}
+
+impl EngineBind {
+    /// Whether `m` is this bind: the same destination and source (another
+    /// bind at the same destination is not vouched for).
+    pub fn is(&self, m: &oci_spec::runtime::Mount) -> bool {
+        self.destination == *m.destination() && m.source().as_ref() == Some(&self.source)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -197,7 +197,7 @@ fn keep(cx: &mut Cx, m: &Mount) -> Result<Option<Mount>, PolicyError> {
         if !engine_file && !cx.profile.bind_mounts.iter().any(|b| b == dest) {
             // What the profile would need: its engine key for an engine's
             // own init or volume, else the destination itself.
-            let key = match cx.host.engine_binds.iter().find(|b| b.destination == *dest) {
+            let key = match cx.host.engine_binds.iter().find(|b| b.is(m)) {
                 Some(b) if b.kind == EngineBindKind::Volume => "engine_volumes = true".to_owned(),
                 Some(_) if is_init(&cx.spec, dest) => "engine_init = true".to_owned(),
                 _ => format!("bind_mounts = [{dest:?}]"),
@@ -286,7 +286,7 @@ pub(crate) fn engine_bind_in(
     m: &Mount,
 ) -> Option<EngineBindKind> {
     let dest = m.destination();
-    let found = host.engine_binds.iter().find(|b| b.destination == *dest)?;
+    let found = host.engine_binds.iter().find(|b| b.is(m))?;
     match found.kind {
         EngineBindKind::SystemFile if profile.engine_init && is_init(spec, dest) => {
             Some(found.kind)

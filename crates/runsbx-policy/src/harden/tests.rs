@@ -287,10 +287,11 @@ fn with_bind(mut spec: Spec, dest: &str, source: &str, options: &[&str]) -> Spec
     spec
 }
 
-fn with_engine_bind(host: HostFacts, dest: &str, kind: EngineBindKind) -> HostFacts {
+fn with_engine_bind(host: HostFacts, dest: &str, source: &str, kind: EngineBindKind) -> HostFacts {
     HostFacts {
         engine_binds: vec![EngineBind {
             destination: PathBuf::from(dest),
+            source: PathBuf::from(source),
             kind,
         }],
         ..host
@@ -323,7 +324,12 @@ fn an_engines_init_is_bound_read_only_where_the_process_runs_it() {
         spec.set_process(Some(process));
         spec
     };
-    let host = with_engine_bind(as_root(), "/run/podman-init", EngineBindKind::SystemFile);
+    let host = with_engine_bind(
+        as_root(),
+        "/run/podman-init",
+        "/usr/libexec/podman/catatonit",
+        EngineBindKind::SystemFile,
+    );
     let out = harden(init("/run/podman-init"), &profile(), &host).unwrap();
     let options = mount_at(&out.spec, "/run/podman-init")
         .options()
@@ -443,18 +449,20 @@ fn a_bind_of_the_hosts_sys_is_dropped_like_a_sysfs() {
     assert!(err.to_string().contains("bind_mounts"), "{err}");
 }
 
+const VOLUME: &str = "/var/lib/docker/volumes/v/_data";
+
 #[test]
 fn an_engines_named_volume_is_writable_never_suid_and_said() {
     let spec = || {
         with_bind(
             load("containerd.json"),
             "/data",
-            "/var/lib/docker/volumes/v/_data",
+            VOLUME,
             &["rbind", "rw", "suid", "dev"],
         )
     };
     for base in [as_root(), rootless()] {
-        let host = with_engine_bind(base, "/data", EngineBindKind::Volume);
+        let host = with_engine_bind(base, "/data", VOLUME, EngineBindKind::Volume);
         let out = harden(spec(), &profile(), &host).unwrap();
         let options = mount_at(&out.spec, "/data").options().clone().unwrap();
         for o in ["bind", "rw", "nosuid", "nodev"] {
@@ -475,7 +483,7 @@ fn an_engines_named_volume_is_writable_never_suid_and_said() {
         assert!(err.to_string().contains("`engine_volumes = true`"), "{err}");
     }
     // A volume mount that lost nosuid fails verification.
-    let host = with_engine_bind(as_root(), "/data", EngineBindKind::Volume);
+    let host = with_engine_bind(as_root(), "/data", VOLUME, EngineBindKind::Volume);
     let mut out = harden(spec(), &profile(), &host).unwrap();
     let mut mounts = out.spec.mounts().clone().unwrap();
     for m in mounts
@@ -486,6 +494,14 @@ fn an_engines_named_volume_is_writable_never_suid_and_said() {
     }
     out.spec.set_mounts(Some(mounts));
     assert!(verify(&out.spec, &profile(), &host).is_err());
+    // A host path bound at the volume's destination as well is not the
+    // volume: refused as any host bind.
+    let twice = with_bind(spec(), "/data", "/etc", &["rbind", "rw"]);
+    let err = harden(twice, &profile(), &host).unwrap_err();
+    assert!(
+        err.to_string().contains("host path \"/etc\" at \"/data\""),
+        "{err}"
+    );
 }
 
 #[test]

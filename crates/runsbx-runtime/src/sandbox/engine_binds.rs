@@ -30,7 +30,8 @@ pub(crate) fn of(spec: &Spec) -> Vec<EngineBind> {
         .flatten()
         .filter(|m| runsbx_policy::is_bind_mount(m))
         .filter_map(|m| {
-            let source = fs::canonicalize(m.source().as_ref()?).ok()?;
+            let given = m.source().clone()?;
+            let source = fs::canonicalize(&given).ok()?;
             let kind = if is_system_file(&source) {
                 EngineBindKind::SystemFile
             } else if rootfs.as_deref().is_some_and(|r| is_volume(&source, r)) {
@@ -40,6 +41,7 @@ pub(crate) fn of(spec: &Spec) -> Vec<EngineBind> {
             };
             Some(EngineBind {
                 destination: m.destination().clone(),
+                source: given,
                 kind,
             })
         })
