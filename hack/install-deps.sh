@@ -8,7 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends \
     build-essential pkg-config libseccomp-dev \
-    busybox-static debootstrap python3 python3-pip python3-venv procps iproute2 tar passwd \
+    busybox-static debootstrap python3 python3-pip python3-venv python3-pytest procps iproute2 tar passwd \
     podman conmon containerd runc crun \
     uidmap slirp4netns fuse-overlayfs bubblewrap catatonit \
     protobuf-compiler containernetworking-plugins docker.io

@@ -30,17 +30,32 @@ trap 'rm -rf /tmp/runsbx-tests "$log"' EXIT
 set +e
 cargo test --release --workspace --no-fail-fast --lib --bins --tests -- --test-threads="$(nproc)" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
-# The Python client (clients/python), driving the same binary.
+# The Python client (clients/python) under pytest, driving the same binary,
+# as root and as the test user, with Debian's python3 (python3-pytest), from
+# a copy the test user can read.
 pylog=$(mktemp)
-trap 'rm -rf /tmp/runsbx-tests "$log" "$pylog"' EXIT
-RUNSBX_BIN="$PWD/target/release/runsbx" python3 -m unittest discover -s clients/python/tests -v 2>&1 | tee "$pylog"
-pystatus=${PIPESTATUS[0]}
+pycopy=$(mktemp -d)
+trap 'rm -rf /tmp/runsbx-tests "$log" "$pylog" "$pycopy"' EXIT
+cp -r clients/python "$pycopy/"
+install -m 0755 target/release/runsbx "$pycopy/runsbx"
+chmod -R a+rX "$pycopy"
+pytest_as() {
+    local who=$1
+    echo "== Python client tests as $who"
+    su "$who" -s /bin/sh -c "cd '$pycopy/python' && CI='${CI:-}' RUNSBX_BIN='$pycopy/runsbx' \
+        PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m pytest -v -p no:cacheprovider tests"
+}
+pystatus=0
+for who in root "$RUNSBX_TEST_USER"; do
+    pytest_as "$who" 2>&1 | tee -a "$pylog"
+    [ "${PIPESTATUS[0]}" = 0 ] || pystatus=1
+done
 set -e
 # One closing line for the whole run: the sum of every test binary's, and
-# the Python suite's (its "Ran N tests" less its failures and errors).
+# one for the Python suite's two runs.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
      END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
-awk '/^Ran [0-9]+ tests? in/ { n = $2 }
-     /^FAILED \(/ { s = $0; while (match(s, /(failures|errors)=[0-9]+/)) { split(substr(s, RSTART, RLENGTH), kv, "="); f += kv[2]; s = substr(s, RSTART + RLENGTH) } }
-     END { printf "python client tests: %d passed, %d failed\n", n - f, f }' "$pylog"
+# pytest's summary lines: "== 49 passed, 1 skipped in 17.2s ==".
+awk '/^=+ .* in [0-9.]+s/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed,?$/) p += $(i-1); if ($i ~ /^(failed|errors?),?$/) f += $(i-1) } }
+     END { printf "python client tests: %d passed, %d failed\n", p, f }' "$pylog"
 [ "$status" = 0 ] && [ "$pystatus" = 0 ]
