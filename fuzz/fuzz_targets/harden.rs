@@ -21,6 +21,7 @@ fn host(rootless: bool) -> HostFacts {
         cgroups: !rootless,
         proc_subset: true,
         call_workspace: None,
+        session: false,
         // Both values get fuzzed: root with an engine layer, rootless without.
         rootfs_container_layer: !rootless,
         pod: None,

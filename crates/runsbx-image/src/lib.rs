@@ -49,6 +49,9 @@ pub struct Image {
     pub name: String,
     pub rootfs: PathBuf,
     pub config: ImageConfig,
+    /// When it was built or imported: a session made on it checks that it
+    /// is still the same image.
+    pub created: DateTime<Utc>,
     /// A shared lock on the image for as long as this value (or a clone)
     /// lives: `image rm` refuses to delete an image a call runs on.
     _in_use: std::sync::Arc<fs::File>,
@@ -138,6 +141,11 @@ impl ImageStore {
         })
     }
 
+    /// The data directory: where the images directory is, and sessions.
+    pub fn data_dir(&self) -> &Path {
+        self.images.parent().unwrap_or(&self.images)
+    }
+
     /// The directory this store keeps its images in.
     pub fn dir(&self) -> &Path {
         &self.images
@@ -170,6 +178,7 @@ impl ImageStore {
                 name: name.to_owned(),
                 rootfs,
                 config: json.config,
+                created: json.created,
                 _in_use: std::sync::Arc::new(in_use),
             });
         }

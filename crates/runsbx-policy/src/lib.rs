@@ -48,6 +48,10 @@ pub struct HostFacts {
     /// profile's tmpfs, so that inputs can be put in and outputs taken out
     /// from the host side. Never set from a spec or an annotation.
     pub call_workspace: Option<std::path::PathBuf>,
+    /// The call runs in a session: `call_workspace` is the session's own
+    /// (it persists), and a writable rootfs is the session's own layer over
+    /// the image, on its own disk. Never set from a spec or an annotation.
+    pub session: bool,
     /// The rootfs is an engine's per-container layer: an overlay mount whose
     /// upper directory the engine made for this container alone, inside
     /// its own storage (podman's, docker's, containerd's overlay drivers),

@@ -160,6 +160,13 @@ pub enum RuntimeError {
     #[error("{what}: {reason}")]
     Unsupported { what: String, reason: String },
 
+    #[error("session `{name}` does not exist (in {dir:?}; `runsbx session ls` shows the sessions there, `runsbx session create {name}` makes it)")]
+    SessionNotFound { name: String, dir: PathBuf },
+
+    /// A session exists already, or is in use.
+    #[error("{what}: {reason}")]
+    Conflict { what: String, reason: String },
+
     #[error(transparent)]
     Policy(runsbx_policy::PolicyError),
 
@@ -202,8 +209,10 @@ impl RuntimeError {
             Self::InvalidId { .. } | Self::Bundle { .. } | Self::InvalidArgument { .. } => {
                 ErrorKind::BadInput
             }
-            Self::NotFound { .. } => ErrorKind::Missing,
-            Self::Exists { .. } | Self::WrongState { .. } => ErrorKind::Conflict,
+            Self::NotFound { .. } | Self::SessionNotFound { .. } => ErrorKind::Missing,
+            Self::Exists { .. } | Self::WrongState { .. } | Self::Conflict { .. } => {
+                ErrorKind::Conflict
+            }
             Self::Image(e) => ErrorKind::of_image(e),
             Self::CommandNotFound { .. } => ErrorKind::CommandNotFound,
             Self::CommandNotExecutable { .. } => ErrorKind::CommandNotExecutable,

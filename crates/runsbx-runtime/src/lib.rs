@@ -5,6 +5,7 @@
 //! - `ops/`: the runc verbs, one file each;
 //! - `call/`: `runsbx call`, one tool call in a fresh sandbox;
 //! - `sandbox/`: what runs or is checked beside a live sandbox;
+//! - `session/`: what persists across one agent's calls;
 //! - `state/`: what is kept on disk;
 //! - `sys/`: one module per kernel mechanism;
 //! - `policy.rs`: the I/O around the pure policy crate;
@@ -15,6 +16,7 @@ pub mod error;
 pub mod ops;
 pub mod policy;
 pub mod sandbox;
+pub mod session;
 pub mod state;
 pub mod sys;
 

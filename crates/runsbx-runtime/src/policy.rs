@@ -119,6 +119,7 @@ pub fn host_facts(id_range: Option<IdRange>) -> HostFacts {
         cgroups: privilege::can_manage_cgroups(),
         proc_subset: kernel_at_least(5, 8),
         call_workspace: None,
+        session: false,
         rootfs_container_layer: false,
         pod: None,
         rootless_ids: crate::sys::userns::rootless_ids(),
@@ -155,12 +156,13 @@ pub fn apply(
     policy: &Policy,
     spec: Spec,
     id_range: Option<IdRange>,
-    call_workspace: Option<&Path>,
+    call_workspace: Option<&crate::sandbox::workspace::Workspace>,
     pod: Option<runsbx_policy::PodJoin>,
     overrides: Option<&Overrides>,
 ) -> Result<Hardened> {
     let host = HostFacts {
-        call_workspace: call_workspace.map(Path::to_path_buf),
+        call_workspace: call_workspace.map(|w| w.dir.clone()),
+        session: call_workspace.is_some_and(|w| w.is_session()),
         // Only a rootfs the spec asks to write needs the probe (a read of
         // mountinfo): a call's, and most, are read-only anyway.
         rootfs_container_layer: spec.root().as_ref().and_then(|r| r.readonly()) != Some(true)

@@ -19,6 +19,11 @@ pub struct Call {
     /// A root filesystem directory to run on instead of an image
     #[arg(long)]
     pub rootfs: Option<PathBuf>,
+    /// Run in this session (`runsbx session create`): its /workspace and its
+    /// layer over the image persist across calls; its settings are the
+    /// call's defaults, which the call may only tighten
+    #[arg(long, conflicts_with = "rootfs")]
+    pub session: Option<String>,
     /// runsbx's data directory, where images are kept
     #[arg(long, env = "RUNSBX_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -26,8 +31,9 @@ pub struct Call {
     #[arg(long)]
     pub profile: Option<String>,
     /// Wall-clock deadline: the whole sandbox is killed when it passes
-    #[arg(long, default_value = "30s", allow_hyphen_values = true)]
-    pub timeout: String,
+    /// (default: 30s, or the session's)
+    #[arg(long, allow_hyphen_values = true)]
+    pub timeout: Option<String>,
     /// Memory limit, no higher than the profile's (e.g. 256M)
     #[arg(long, allow_hyphen_values = true)]
     pub memory: Option<String>,
@@ -163,10 +169,11 @@ fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest> {
     Ok(CallRequest {
         image: args.image,
         rootfs: args.rootfs,
+        session: args.session,
         data_dir: args.data_dir,
         config,
         profile: args.profile,
-        timeout: parse_duration(&args.timeout)?,
+        timeout: args.timeout.as_deref().map(parse_duration).transpose()?,
         memory: args.memory,
         pids: args.pids,
         env: args
@@ -203,7 +210,7 @@ fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest> {
 }
 
 /// Parses a duration: `30s`, `1.5s`, `500ms`, `2m`, `1h`, or plain seconds.
-fn parse_duration(text: &str) -> Result<Duration> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration> {
     runsbx_policy::profile::parse_duration(text)
         .map_err(|reason| anyhow::anyhow!("--timeout {text:?}: {reason}"))
 }
@@ -223,7 +230,7 @@ fn parse_env(arg: &str) -> Result<(String, String)> {
 }
 
 /// Egress is on when any host is allowed; the overrides alone open nothing.
-fn egress(
+pub(crate) fn egress(
     allow: Vec<String>,
     resolve: &[String],
     allow_addresses: Vec<std::net::SocketAddr>,
@@ -254,7 +261,7 @@ fn egress(
     Ok(Some(plan))
 }
 
-fn print_json(value: &impl serde::Serialize) -> Result<()> {
+pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<()> {
     let mut out = std::io::stdout().lock();
     serde_json::to_writer(&mut out, value)?;
     writeln!(out)?;

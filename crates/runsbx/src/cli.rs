@@ -62,6 +62,11 @@ pub enum Command {
         #[command(subcommand)]
         cmd: crate::image_cmd::ImageCmd,
     },
+    /// Manage sessions: files that persist across calls
+    Session {
+        #[command(subcommand)]
+        cmd: crate::session_cmd::SessionCmd,
+    },
     #[command(flatten)]
     Standard(liboci_cli::StandardCmd),
     #[command(flatten)]

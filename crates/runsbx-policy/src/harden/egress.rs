@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 
 use oci_spec::runtime::LinuxNamespaceType;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::Cx;
 use crate::annotations::{EgressOverride, EGRESS_ALLOW};
@@ -21,7 +21,8 @@ pub const PROXY_PORT: u16 = 3128;
 
 /// What a sandbox may reach through its egress proxy. The policy decides
 /// it; the runtime serves it.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct EgressPlan {
     /// Allowlist entries: `name`, `name:port`, `*.suffix[:port]`.
     pub allow: Vec<String>,

@@ -118,6 +118,10 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
         });
     let mut detail = match (binds.is_empty(), cx.host.call_workspace.is_some()) {
         (true, _) => "no host path is mounted".to_owned(),
+        (false, true) if cx.host.session => format!(
+            "binds: {} (/workspace is the session's own workspace, on its own disk)",
+            binds.join(", ")
+        ),
         (false, true) => format!(
             "binds: {} (/workspace is this call's own fresh tmpfs)",
             binds.join(", ")
@@ -166,6 +170,9 @@ fn take_tmpcopyup(mounts: &mut [Mount]) -> Vec<PathBuf> {
 fn writable_rootfs(cx: &Cx) -> Result<&'static str, &'static str> {
     if cx.profile.readonly_rootfs {
         return Err("the profile's readonly_rootfs");
+    }
+    if cx.host.rootfs_container_layer && cx.host.session {
+        return Ok("writable: writes land in the session's own layer over the image");
     }
     if cx.host.rootfs_container_layer {
         return Ok(

@@ -36,7 +36,9 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 pub use crate::sandbox::workspace::{Input, OutputFile};
 pub use capture::Stream;
 pub use request::{CallRequest, LiveOutput, StdinFrom};
-pub use result::{CallError, CallResult, EgressReport, Limits, Status, Tails, SCHEMA};
+pub use result::{
+    CallError, CallResult, EgressReport, Limits, SessionReport, Status, Tails, SCHEMA,
+};
 pub use sweep::sweep;
 
 use crate::error::{Result, RuntimeError};
@@ -88,7 +90,25 @@ fn run(
     // Unprivileged, runsbx continues in a user namespace of its own, where
     // it may mount (see sys/cgroupless.rs). Nothing has been made yet.
     userns::reexec_in_own_userns()?;
-    let plan = CallPlan::resolve(root, req, &mut result.image)?;
+    let CallPlan {
+        image: _image,
+        mut sandbox,
+        workspace_size,
+        req,
+        session,
+    } = CallPlan::resolve(root, req, &mut result.image)?;
+    let req = &req;
+    // As root, a session's calls run in the host id range it keeps.
+    let range = match &session {
+        Some(s) => {
+            result.session = Some(SessionReport {
+                name: s.name().to_owned(),
+                disk: s.settings.disk.clone(),
+            });
+            s.id_range(&sandbox.policy.config)?
+        }
+        None => None,
+    };
 
     // From here on, things exist on the host; each guard removes its own.
     let lock = root.lock(id)?;
@@ -97,11 +117,22 @@ fn run(
         .map_err(|e| RuntimeError::sys("a private mount namespace for the call", e))?;
     let dir = CallDir::create(root, id)?;
     let watchdog = sweep::Watchdog::spawn(root, id)?;
-    let ws = Workspace::mount(&dir.0.join("workspace"), plan.workspace_size)?;
+    let (_storage, ws) = match &session {
+        Some(s) => {
+            let owner = range.map(|r| (r.base, r.base));
+            let (storage, ws) = s.mount(&dir.0, &sandbox.rootfs, owner)?;
+            sandbox.run_on(storage.rootfs.clone())?;
+            (Some(storage), ws)
+        }
+        None => (
+            None,
+            Workspace::mount(&dir.0.join("workspace"), workspace_size)?,
+        ),
+    };
     for input in &req.inputs {
         ws.copy_in(input)?;
     }
-    let (mut sandbox, streams) = Sandbox::create(root, id, &dir.0, &ws, &lock, plan.sandbox)?;
+    let (mut sandbox, streams) = Sandbox::create(root, id, &dir.0, &ws, &lock, sandbox, range)?;
     result.record_limits(&sandbox.built.spec);
     // The container's init was cloned during create and keeps its own,
     // empty, signal mask; runsbx takes its signals from a signalfd now.
@@ -121,7 +152,7 @@ fn run(
     let mut err = capture::Capture::new(req.max_output, writers.sink(req, true, started));
     // The policy's deadline: the call's --timeout, which the profile may
     // refuse but not lengthen.
-    let deadline = sandbox.built.duties.deadline.unwrap_or(req.timeout);
+    let deadline = sandbox.built.duties.deadline.unwrap_or(req.timeout());
     let end = wait::until_end(init, deadline, &sfd, streams, &mut out, &mut err)?;
 
     if let (Some(proxy), Some(egress)) = (proxy, &req.egress) {
@@ -165,6 +196,7 @@ impl<'a> Sandbox<'a> {
         ws: &Workspace,
         lock: &IdLock,
         plan: plan::SandboxPlan,
+        id_range: Option<runsbx_policy::IdRange>,
     ) -> Result<(Self, [Option<OwnedFd>; 2])> {
         let (out_r, out_w) = pipe()?;
         let (err_r, err_w) = pipe()?;
@@ -185,6 +217,7 @@ impl<'a> Sandbox<'a> {
             },
             workspace: Some(ws),
             supervision: Supervision::Caller,
+            id_range,
         };
         let built = create::build_or_clean(root, id, &source, req, lock)?;
         let sandbox = Self {

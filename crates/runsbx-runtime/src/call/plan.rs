@@ -12,6 +12,7 @@ use libcontainer::oci_spec::runtime::{ProcessBuilder, RootBuilder, Spec};
 use super::request::{CallRequest, StdinFrom};
 use crate::error::{Result, RuntimeError};
 use crate::policy::Policy;
+use crate::session::{Session, Sessions};
 use crate::state::bundle;
 use crate::state::root::StateRoot;
 use crate::sys::privilege;
@@ -22,10 +23,16 @@ use runsbx_policy::{EgressOverride, Overrides};
 /// Everything a call needs, checked; nothing exists on the host yet.
 pub(crate) struct CallPlan {
     /// Holds the image's in-use lock until the call ends.
-    _image: Option<Image>,
+    pub image: Option<Image>,
     pub sandbox: SandboxPlan,
     /// The size of the /workspace tmpfs, from the profile.
     pub workspace_size: u64,
+    /// The request, with its session's settings as its defaults.
+    pub req: CallRequest,
+    /// The session the call runs in, held (no other call runs in it)
+    /// until the call ends. Its command is looked up once its layer over
+    /// the image is mounted ([`check_command`]).
+    pub session: Option<Session>,
 }
 
 /// What the sandbox is built from.
@@ -47,6 +54,18 @@ impl CallPlan {
         req: &CallRequest,
         image_name: &mut Option<String>,
     ) -> Result<Self> {
+        let session = match &req.session {
+            Some(name) => Some(Sessions::open(req.data_dir.as_deref())?.open_session(name)?),
+            None => None,
+        };
+        let tightened;
+        let req = match &session {
+            Some(s) => {
+                tightened = crate::session::tighten(&s.settings, req)?;
+                &tightened
+            }
+            None => req,
+        };
         if req.command.is_empty() {
             return Err(RuntimeError::invalid(
                 "runsbx call",
@@ -80,6 +99,20 @@ impl CallPlan {
                 let image = ImageStore::open(req.data_dir.as_deref(), privilege::rootless())?
                     .resolve(name)?;
                 *image_name = Some(image.name.clone());
+                if let Some(s) = session
+                    .as_ref()
+                    .filter(|s| s.settings.image_created != image.created)
+                {
+                    return Err(RuntimeError::invalid(
+                        format!("session `{}`", s.settings.name),
+                        format!(
+                            "was made on image `{name}` as built at {}, which has been replaced \
+                             since (built at {}); its layer holds changes to the old image: \
+                             remove the session and make it again",
+                            s.settings.image_created, image.created
+                        ),
+                    ));
+                }
                 (image.rootfs.clone(), image.config.env.clone(), Some(image))
             }
         };
@@ -96,17 +129,19 @@ impl CallPlan {
             runsbx_proxy::Allowlist::parse(&egress.allow)
                 .map_err(|e| RuntimeError::invalid("--allow-host", e.to_string()))?;
         }
-        let env = environment(&image_env, &req.env);
-        // Inputs land in /workspace, which is not in the image: a command
-        // there is checked by the kernel at exec time.
-        bundle::check_command(
-            &rootfs,
-            &req.command[0],
-            &env,
-            Path::new("/workspace"),
-            &[Path::new("/workspace")],
-        )?;
+        // A session's home is its workspace, which persists (`pip install
+        // --user`, dotfiles).
+        let home = if session.is_some() {
+            "/workspace"
+        } else {
+            "/tmp"
+        };
+        let env = environment(&image_env, home, &req.env);
+        if session.is_none() {
+            check_command(&rootfs, &req.command[0], &env)?;
+        }
         if privilege::rootless()
+            && session.is_none()
             && pathrs::Root::open(&rootfs)
                 .and_then(|r| r.resolve("/workspace"))
                 .is_err()
@@ -118,7 +153,8 @@ impl CallPlan {
                 "has no /workspace directory for the call to work in; create it (mkdir ROOTFS/workspace)",
             ));
         }
-        let spec = call_spec(&rootfs, req, env)?;
+        // A session's rootfs is its writable layer over the image.
+        let spec = call_spec(&rootfs, req, env, session.is_none())?;
         let overrides = overrides(req)?;
         let policy = Policy::load(req.config.as_deref())?;
         let profile = policy.profile_named(overrides.profile.as_deref())?;
@@ -129,7 +165,7 @@ impl CallPlan {
             ));
         };
         Ok(Self {
-            _image: image,
+            image,
             sandbox: SandboxPlan {
                 rootfs,
                 stdin,
@@ -138,8 +174,41 @@ impl CallPlan {
                 policy,
             },
             workspace_size,
+            req: req.clone(),
+            session,
         })
     }
+}
+
+impl SandboxPlan {
+    /// Runs the call on `rootfs` instead (a session's layer over the
+    /// image), once the command is found there.
+    pub fn run_on(&mut self, rootfs: PathBuf) -> Result<()> {
+        let process = self.spec.process().as_ref();
+        let command = process.and_then(|p| p.args().as_ref()?.first().cloned());
+        let env = process.and_then(|p| p.env().clone()).unwrap_or_default();
+        if let Some(command) = command {
+            check_command(&rootfs, &command, &env)?;
+        }
+        if let Some(root) = self.spec.root_mut() {
+            root.set_path(rootfs.clone());
+        }
+        self.rootfs = rootfs;
+        Ok(())
+    }
+}
+
+/// The command must be in the rootfs. Inputs land in /workspace, which is
+/// not in the image: a command there is checked by the kernel at exec
+/// time.
+fn check_command(rootfs: &Path, command: &str, env: &[String]) -> Result<()> {
+    bundle::check_command(
+        rootfs,
+        command,
+        env,
+        Path::new("/workspace"),
+        &[Path::new("/workspace")],
+    )
 }
 
 fn open_stdin(from: &StdinFrom) -> Result<OwnedFd> {
@@ -158,8 +227,9 @@ fn open_stdin(from: &StdinFrom) -> Result<OwnedFd> {
 }
 
 /// The command's environment: the image's, then the caller's `--env`
-/// (later wins). Never runsbx's own.
-fn environment(image: &[String], extra: &[(String, String)]) -> Vec<String> {
+/// (later wins); `HOME` is `home` unless one of them sets it. Never
+/// runsbx's own.
+fn environment(image: &[String], home: &str, extra: &[(String, String)]) -> Vec<String> {
     let mut env: Vec<(String, String)> = Vec::new();
     let mut set = |k: &str, v: &str| {
         env.retain(|(key, _)| key != k);
@@ -169,7 +239,7 @@ fn environment(image: &[String], extra: &[(String, String)]) -> Vec<String> {
         "PATH",
         "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     );
-    set("HOME", "/tmp");
+    set("HOME", home);
     for kv in image {
         if let Some((k, v)) = kv.split_once('=') {
             set(k, v);
@@ -181,7 +251,7 @@ fn environment(image: &[String], extra: &[(String, String)]) -> Vec<String> {
     env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
 }
 
-fn call_spec(rootfs: &Path, req: &CallRequest, env: Vec<String>) -> Result<Spec> {
+fn call_spec(rootfs: &Path, req: &CallRequest, env: Vec<String>, read_only: bool) -> Result<Spec> {
     let invalid = |e: libcontainer::oci_spec::OciSpecError| {
         RuntimeError::invalid("build the call's spec", e.to_string())
     };
@@ -197,7 +267,7 @@ fn call_spec(rootfs: &Path, req: &CallRequest, env: Vec<String>) -> Result<Spec>
     spec.set_root(Some(
         RootBuilder::default()
             .path(rootfs.to_path_buf())
-            .readonly(true)
+            .readonly(read_only)
             .build()
             .map_err(invalid)?,
     ));
@@ -225,7 +295,7 @@ fn overrides(req: &CallRequest) -> Result<Overrides> {
         .transpose()?;
     Ok(Overrides {
         profile: req.profile.clone(),
-        timeout: Some((req.timeout, format!("{}ms", req.timeout.as_millis()))),
+        timeout: Some((req.timeout(), format!("{}ms", req.timeout().as_millis()))),
         memory,
         pids,
         egress: Some(EgressOverride::Call(req.egress.clone().unwrap_or_default())),
@@ -243,6 +313,7 @@ mod tests {
         std::env::set_var("RUNSBX_TEST_SECRET", "x");
         let env = environment(
             &["PATH=/opt/bin".to_owned(), "LANG=C.UTF-8".to_owned()],
+            "/tmp",
             &[("LANG".to_owned(), "en".to_owned())],
         );
         assert!(env.contains(&"PATH=/opt/bin".to_owned()));

@@ -34,10 +34,14 @@ pub struct CallRequest {
     pub image: Option<String>,
     /// A root filesystem directory to use instead of an image.
     pub rootfs: Option<PathBuf>,
+    /// A session whose workspace and writable layer the call runs with
+    /// (its settings are the call's defaults, which it may only tighten).
+    pub session: Option<String>,
     pub data_dir: Option<PathBuf>,
     pub config: Option<PathBuf>,
     pub profile: Option<String>,
-    pub timeout: Duration,
+    /// The deadline; `None`: the session's, or [`Self::DEFAULT_TIMEOUT`].
+    pub timeout: Option<Duration>,
     pub memory: Option<String>,
     pub pids: Option<u64>,
     pub env: Vec<(String, String)>,
@@ -54,4 +58,14 @@ pub struct CallRequest {
     /// Egress through the proxy (`--allow-host` and its companions);
     /// `None`: no way out at all, whatever the profile allows.
     pub egress: Option<runsbx_policy::EgressPlan>,
+}
+
+impl CallRequest {
+    /// The deadline of a call that gives none, outside a session.
+    pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+    /// The call's deadline.
+    pub fn timeout(&self) -> Duration {
+        self.timeout.unwrap_or(Self::DEFAULT_TIMEOUT)
+    }
 }

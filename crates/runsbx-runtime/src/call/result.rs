@@ -93,7 +93,17 @@ pub struct CallResult {
     pub egress: Option<EgressReport>,
     /// The isolation layers in force, from the policy.
     pub attestation: Option<Vec<runsbx_policy::Layer>>,
+    /// The session the call ran in, and the bound on its disk.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionReport>,
     pub error: Option<CallError>,
+}
+
+/// A session call's part of the result.
+#[derive(Debug, Clone, Serialize)]
+pub struct SessionReport {
+    pub name: String,
+    pub disk: crate::session::DiskBound,
 }
 
 /// What the human output needs after the call: the tails of the streams
@@ -151,7 +161,7 @@ impl CallResult {
             timed_out: false,
             duration_ms: 0.0,
             limits: Limits {
-                timeout_ms: req.timeout.as_millis() as u64,
+                timeout_ms: req.timeout().as_millis() as u64,
                 ..Limits::default()
             },
             stdout: None,
@@ -159,6 +169,7 @@ impl CallResult {
             outputs: Vec::new(),
             egress: None,
             attestation: None,
+            session: None,
             error: None,
         }
     }
@@ -239,6 +250,7 @@ mod tests {
             outputs: vec![],
             egress: None,
             attestation: None,
+            session: None,
             error: None,
         };
         assert_eq!(r.exit_code(), 3);

@@ -49,6 +49,10 @@ pub(crate) struct Request<'a> {
     /// the profile's tmpfs and given to the sandbox's root.
     pub workspace: Option<&'a Workspace>,
     pub supervision: Supervision,
+    /// As root, the host id range a session keeps for its calls (its own
+    /// slot, which the sandbox neither records nor releases); `None`: a
+    /// fresh one.
+    pub id_range: Option<runsbx_policy::IdRange>,
 }
 
 /// Where the container's stdio goes.
@@ -117,6 +121,7 @@ pub(crate) fn build(
         stdio: Stdio::Inherited,
         workspace: None,
         supervision: Supervision::Forked,
+        id_range: None,
     };
     let built = build_or_clean(root, id, &source, req, lock)?;
     if built.resources_dropped {
@@ -168,7 +173,10 @@ fn build_from(
     // A pod's container joins its sandbox's namespaces, verified here and
     // held open until it is built.
     let pod = crate::sandbox::pod::verify(root, &source.spec)?;
-    let range = host_ids(root, id, req.policy, pod.as_ref())?;
+    let range = match req.id_range {
+        Some(range) if !privilege::rootless() => Some(range),
+        _ => host_ids(root, id, req.policy, pod.as_ref())?,
+    };
     let hardened = harden(id, source, &req, range, pod.as_ref())?;
     let report = serde_json::json!({
         "changes": hardened.changes,
@@ -273,7 +281,7 @@ fn harden(
     pod: Option<&crate::sandbox::pod::Verified>,
 ) -> Result<runsbx_policy::Hardened> {
     let input = bundle::absolutize(source);
-    let workspace = req.workspace.map(|w| w.dir.as_path());
+    let workspace = req.workspace;
     let pod_join = pod.map(|p| p.join.clone());
     let hardened = policy::apply(req.policy, input, range, workspace, pod_join, req.overrides)?;
     bundle::check_cwd(source, &hardened.spec)?;

@@ -69,11 +69,25 @@ pub fn workspace_relative(p: &Path) -> Option<PathBuf> {
     (!out.as_os_str().is_empty()).then_some(out)
 }
 
-/// The workspace tmpfs, mounted at `dir` until dropped.
+/// The call's workspace, mounted at `dir` until dropped: a fresh tmpfs,
+/// or a session's workspace bound there.
 #[derive(Debug)]
 pub struct Workspace {
     pub dir: PathBuf,
     mounted: bool,
+    kind: Kind,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// A fresh tmpfs, given whole to the sandbox's root once its ids are
+    /// known.
+    Fresh,
+    /// A session's: what earlier calls left keeps its owners; inputs are
+    /// given to `owner` (the session's root, `None` when runsbx's own ids
+    /// are already its) as they are copied in, and every path is resolved
+    /// inside the workspace, since earlier calls may have left links.
+    Session { owner: Option<(u32, u32)> },
 }
 
 impl Workspace {
@@ -96,7 +110,33 @@ impl Workspace {
         Ok(Self {
             dir: dir.to_path_buf(),
             mounted: true,
+            kind: Kind::Fresh,
         })
+    }
+
+    /// Attaches `tree`, a detached mount of a session's workspace, at
+    /// `dir` (created, mode 0700); inputs are given to `owner`.
+    pub fn session(
+        tree: std::os::fd::BorrowedFd<'_>,
+        dir: &Path,
+        owner: Option<(u32, u32)>,
+    ) -> Result<Self> {
+        let ctx = |what: &str| format!("bind the session's workspace at {dir:?}: {what}");
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| RuntimeError::io(ctx("create"), e))?;
+        crate::sys::newmount::attach(tree, dir).map_err(|e| RuntimeError::sys(ctx("mount"), e))?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            mounted: true,
+            kind: Kind::Session { owner },
+        })
+    }
+
+    /// Whether it is a session's.
+    pub fn is_session(&self) -> bool {
+        matches!(self.kind, Kind::Session { .. })
     }
 
     /// Copies `input` in (a file, or a directory tree; symlinks are copied
@@ -109,6 +149,16 @@ impl Workspace {
                 format!("{e} (give an existing file or directory)"),
             )
         })?;
+        if let Kind::Session { owner } = self.kind {
+            return confined::copy_in(&self.dir, &input.host, &input.dest, &meta, owner).map_err(
+                |e| {
+                    RuntimeError::io(
+                        format!("copy --input {:?} into the workspace", input.host),
+                        e,
+                    )
+                },
+            );
+        }
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent)
                 .map_err(|e| RuntimeError::io(format!("create {parent:?} in the workspace"), e))?;
@@ -126,11 +176,13 @@ impl Workspace {
         })
     }
 
-    /// Gives every file in the workspace to the sandbox's root (`uid`,
-    /// `gid` on this side of its user namespace).
     /// Gives the workspace and what was copied in to the root of the
     /// sandbox whose (staged) spec is `spec`.
     pub fn give_to_root_of(&self, spec: &Spec) -> Result<()> {
+        if let Kind::Session { .. } = self.kind {
+            // Its files keep the owners earlier calls gave them.
+            return Ok(());
+        }
         let (uid, gid) = root_ids(spec);
         chown_tree(&self.dir, uid, gid)
             .map_err(|e| RuntimeError::io(format!("chown the workspace {:?}", self.dir), e))
@@ -150,6 +202,123 @@ impl Drop for Workspace {
             let _ = umount2(&self.dir, MntFlags::MNT_DETACH);
             let _ = fs::remove_dir(&self.dir);
         }
+    }
+}
+
+/// Copying into a session's workspace, which earlier calls wrote: every
+/// path is resolved inside it (openat2 `RESOLVE_IN_ROOT`, through pathrs),
+/// so a link a sandbox left there (`data -> /etc`) leads back inside the
+/// workspace, never to the host's files; what an input replaces is
+/// removed first, and each new file is given its owner through its fd.
+mod confined {
+    use std::fs;
+    use std::io;
+    use std::os::fd::{AsFd, AsRawFd};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::path::{Component, Path};
+
+    use pathrs::flags::OpenFlags;
+    use pathrs::{InodeType, Root};
+
+    pub(super) fn copy_in(
+        workspace: &Path,
+        host: &Path,
+        dest: &Path,
+        meta: &fs::Metadata,
+        owner: Option<(u32, u32)>,
+    ) -> io::Result<()> {
+        let root = Root::open(workspace).map_err(other)?;
+        // The parents, made as needed and given to the owner.
+        let mut parent = std::path::PathBuf::from("/");
+        if let Some(p) = dest.parent() {
+            for c in p.components() {
+                let Component::Normal(name) = c else { continue };
+                parent.push(name);
+                if root.resolve(&parent).is_err() {
+                    root.create(
+                        &parent,
+                        &InodeType::Directory(fs::Permissions::from_mode(0o755)),
+                    )
+                    .map_err(other)?;
+                    chown(&root, &parent, owner)?;
+                }
+            }
+        }
+        copy(&root, host, &Path::new("/").join(dest), meta, owner)
+    }
+
+    fn copy(
+        root: &Root,
+        src: &Path,
+        dst: &Path,
+        meta: &fs::Metadata,
+        owner: Option<(u32, u32)>,
+    ) -> io::Result<()> {
+        if root.resolve_nofollow(dst).is_ok() {
+            root.remove_all(dst).map_err(other)?;
+        }
+        let ft = meta.file_type();
+        let mode = fs::Permissions::from_mode(meta.mode() & 0o777);
+        if ft.is_symlink() {
+            root.create(dst, &InodeType::Symlink(fs::read_link(src)?))
+                .map_err(other)?;
+            chown(root, dst, owner)
+        } else if ft.is_dir() {
+            root.create(dst, &InodeType::Directory(mode))
+                .map_err(other)?;
+            chown(root, dst, owner)?;
+            for entry in fs::read_dir(src)? {
+                let entry = entry?;
+                let m = entry.metadata()?;
+                copy(root, &entry.path(), &dst.join(entry.file_name()), &m, owner)?;
+            }
+            Ok(())
+        } else if ft.is_file() {
+            let mut from = fs::File::open(src)?;
+            let mut to = root
+                .create_file(
+                    dst,
+                    OpenFlags::O_WRONLY | OpenFlags::O_EXCL | OpenFlags::O_NOFOLLOW,
+                    &mode,
+                )
+                .map_err(other)?;
+            if let Some((uid, gid)) = owner {
+                std::os::unix::fs::fchown(&to, Some(uid), Some(gid))?;
+            }
+            io::copy(&mut from, &mut to)?;
+            Ok(())
+        } else {
+            Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("{src:?} is not a regular file, directory or symlink"),
+            ))
+        }
+    }
+
+    /// Gives what `path` names itself (a link, not its target) to `owner`.
+    fn chown(root: &Root, path: &Path, owner: Option<(u32, u32)>) -> io::Result<()> {
+        let Some((uid, gid)) = owner else {
+            return Ok(());
+        };
+        let handle = root.resolve_nofollow(path).map_err(other)?;
+        // SAFETY: an fd we own (O_PATH) and an empty C string.
+        let rc = unsafe {
+            libc::fchownat(
+                handle.as_fd().as_raw_fd(),
+                c"".as_ptr(),
+                uid,
+                gid,
+                libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    fn other(e: pathrs::error::Error) -> io::Error {
+        io::Error::other(e.to_string())
     }
 }
 

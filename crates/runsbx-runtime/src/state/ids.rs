@@ -63,3 +63,48 @@ pub fn allocate_id_range(config: &OperatorConfig, owner: &str) -> Result<(u32, I
 pub fn release_id_range(slot: u32) {
     let _ = fs::remove_file(PathBuf::from(ID_DIR).join(slot.to_string()));
 }
+
+/// Releases `slot` if it is still `owner`'s (a session's, which keeps its
+/// range for its whole life).
+pub fn release_id_range_of(slot: u32, owner: &str) {
+    let path = PathBuf::from(ID_DIR).join(slot.to_string());
+    if fs::read(&path).is_ok_and(|o| o == owner.as_bytes()) {
+        let _ = fs::remove_file(path);
+    }
+}
+
+/// The range of `slot`, which `owner` reserved; refused when the slot file
+/// is gone or names another owner (a host reboot empties /run: the
+/// session takes its slot again if it is free).
+pub fn range_of(config: &OperatorConfig, slot: u32, owner: &str) -> Result<IdRange> {
+    let path = PathBuf::from(ID_DIR).join(slot.to_string());
+    let range = IdRange {
+        base: config.uid_base + slot * config.uid_range_size,
+        size: config.uid_range_size,
+    };
+    if slot >= config.uid_ranges {
+        return Err(RuntimeError::invalid(
+            format!("id slot {slot} of {owner}"),
+            "is outside the operator config's uid_ranges; remove the session",
+        ));
+    }
+    match fs::read(&path) {
+        Ok(o) if o == owner.as_bytes() => Ok(range),
+        Ok(_) => Err(RuntimeError::Conflict {
+            what: format!("the host id range of {owner} ({path:?})"),
+            reason: "is held by another sandbox; remove the session and make it again".to_owned(),
+        }),
+        Err(_) => {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(ID_DIR)
+                .map_err(|e| RuntimeError::io(format!("create {ID_DIR}"), e))?;
+            match record::create_whole(&path, owner.as_bytes()) {
+                Ok(true) => Ok(range),
+                Ok(false) => range_of(config, slot, owner),
+                Err(e) => Err(RuntimeError::io(format!("reserve {path:?}"), e)),
+            }
+        }
+    }
+}

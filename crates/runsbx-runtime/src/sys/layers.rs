@@ -242,6 +242,14 @@ fn parse(m: &MountEntry) -> std::result::Result<EngineOverlay, String> {
                 }
                 lowers.extend(split_unescaped(value, ':').into_iter().map(PathBuf::from));
             }
+            // A layer given by fd (the new mount API) is shown one per
+            // option, by its path, in the order given: from the top down.
+            "lowerdir+" => lowers.push(PathBuf::from(value)),
+            "datadir+" => {
+                return Err(
+                    "it has data-only layers (`datadir+`), which runsbx does not rebuild".into(),
+                )
+            }
             "upperdir" => upper = Some(PathBuf::from(value)),
             "workdir" => {}
             _ if KEPT_OPTIONS.contains(&key) => options.push((key.to_owned(), value.to_owned())),
@@ -345,6 +353,15 @@ mod tests {
         );
         assert_eq!(
             parse(&entry(Path::new("/run/elsewhere/rootfs"), &mixed)).unwrap(),
+            o_without_options(&o)
+        );
+        // Layers given by fd, as the kernel shows them.
+        let by_fd = format!(
+            "rw,lowerdir+={0}/l/A,lowerdir+={0}/l/B,upperdir={0}/c1/diff,workdir={0}/c1/work",
+            s.display()
+        );
+        assert_eq!(
+            parse(&entry(&merged, &by_fd)).unwrap(),
             o_without_options(&o)
         );
         // A layer that does not exist, data-only layers, no lowerdir.

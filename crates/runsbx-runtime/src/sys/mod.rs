@@ -7,6 +7,7 @@ pub mod cgroupless;
 pub mod copyup;
 pub mod fork;
 pub mod layers;
+pub mod loopdev;
 pub mod netns;
 pub mod newmount;
 pub mod privilege;

@@ -21,6 +21,7 @@ const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const FSOPEN_CLOEXEC: libc::c_uint = 0x1;
 const FSMOUNT_CLOEXEC: libc::c_uint = 0x1;
+const FSCONFIG_SET_FLAG: libc::c_uint = 0;
 const FSCONFIG_SET_STRING: libc::c_uint = 1;
 const FSCONFIG_SET_FD: libc::c_uint = 5;
 const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
@@ -66,6 +67,20 @@ pub fn clone_tree(source: &Path) -> nix::Result<OwnedFd> {
 /// engine's own overlay may be mounted beside it).
 pub fn clone_dir(source: &Path) -> nix::Result<OwnedFd> {
     open_tree_clone(source, 0)
+}
+
+/// A detached bind mount of the directory `dir` is open on (an fd found
+/// without following links, so the mount is of that very directory).
+pub fn clone_fd(dir: BorrowedFd<'_>) -> nix::Result<OwnedFd> {
+    // SAFETY: a live fd and an empty C string; returns an fd or -1.
+    fd_from(unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            dir.as_raw_fd(),
+            c"".as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint,
+        )
+    })
 }
 
 fn open_tree_clone(source: &Path, flags: libc::c_uint) -> nix::Result<OwnedFd> {
@@ -143,6 +158,21 @@ impl Context {
                 FSCONFIG_SET_STRING,
                 key.as_ptr(),
                 value.as_ptr(),
+                0,
+            )
+        })
+    }
+
+    fn set_flag(&self, key: &str) -> nix::Result<()> {
+        let key = CString::new(key).map_err(|_| nix::Error::EINVAL)?;
+        // SAFETY: a C string we own; returns 0 or -1.
+        unit_from(unsafe {
+            libc::syscall(
+                libc::SYS_fsconfig,
+                self.0.as_raw_fd(),
+                FSCONFIG_SET_FLAG,
+                key.as_ptr(),
+                std::ptr::null::<libc::c_char>(),
                 0,
             )
         })
@@ -251,4 +281,25 @@ pub fn overlay(
         attrs |= MOUNT_ATTR_RDONLY;
     }
     overlay.mount_with(attrs)
+}
+
+/// A session's rootfs: the image `lower` under the session's layer
+/// (`upper`, with overlayfs's `work`), each a directory fd; writable,
+/// nosuid and nodev. `userxattr`: overlayfs keeps its own attributes in
+/// the `user.` namespace, as it must in a user namespace (rootless).
+pub fn writable_overlay(
+    lower: BorrowedFd<'_>,
+    upper: BorrowedFd<'_>,
+    work: BorrowedFd<'_>,
+    userxattr: bool,
+) -> nix::Result<OwnedFd> {
+    let overlay = Context::open("overlay")?;
+    overlay.set("source", SOURCE)?;
+    if userxattr {
+        overlay.set_flag("userxattr")?;
+    }
+    overlay.set_fd("lowerdir+", lower)?;
+    overlay.set_fd("upperdir", upper)?;
+    overlay.set_fd("workdir", work)?;
+    overlay.mount_with(MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
 }
