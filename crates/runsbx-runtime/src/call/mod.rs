@@ -98,6 +98,8 @@ fn run(
         session,
     } = CallPlan::resolve(root, req, &mut result.image)?;
     let req = &req;
+    // A session's deadline, when the call gave none.
+    result.limits.timeout_ms = req.timeout().as_millis() as u64;
     // As root, a session's calls run in the host id range it keeps.
     let range = match &session {
         Some(s) => {
