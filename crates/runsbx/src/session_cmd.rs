@@ -20,6 +20,23 @@ pub enum SessionCmd {
         #[command(flatten)]
         store: Store,
     },
+    /// Write a session (settings, workspace, layer) to a tar file
+    Export {
+        name: String,
+        /// The tar file to write (must not exist)
+        file: PathBuf,
+        #[command(flatten)]
+        store: Store,
+    },
+    /// Make a session from a tar file `session export` wrote
+    Import {
+        /// The tar file
+        file: PathBuf,
+        /// The new session's name (default: the exported one's)
+        name: Option<String>,
+        #[command(flatten)]
+        store: Store,
+    },
     /// Remove sessions and everything in them (refused while a call runs in one)
     Rm {
         #[arg(required = true, value_name = "NAME")]
@@ -99,6 +116,15 @@ pub fn run(cmd: SessionCmd, config: Option<PathBuf>) -> Result<i32> {
             }
         }
         SessionCmd::Ls { json, store } => list(&store.open()?.list()?, json)?,
+        SessionCmd::Export { name, file, store } => {
+            store.open()?.export(&name, &file, config.as_deref())?;
+        }
+        SessionCmd::Import { file, name, store } => {
+            let settings = store
+                .open()?
+                .import(&file, name.as_deref(), config.as_deref())?;
+            writeln!(std::io::stdout(), "{}", settings.name).context("write to stdout")?;
+        }
         SessionCmd::Rm { names, store } => {
             let sessions = store.open()?;
             let mut code = 0;

@@ -412,3 +412,58 @@ fn links_are_never_followed(fx: Fixture) {
     fx.assert_clean();
 }
 as_root_and_rootless!(RUNSBX, links_are_never_followed: links_as_root, links_rootless);
+
+fn export_and_import(fx: Fixture) {
+    if !need_python(&fx) {
+        return;
+    }
+    let s = TestSession::create(&fx, &["--disk", "128M", "--timeout", "20s"]);
+    // Files in the workspace, a link, and in $HOME; as root (where the
+    // sandbox's root owns the image's files: rootless they are nobody's),
+    // a file in the layer and one deleted from the image, a whiteout.
+    let layer = if fx.rootless() {
+        ""
+    } else {
+        "rm /usr/bin/pydoc3 && mkdir -p /var/tmp/x && echo four > /var/tmp/x/f && "
+    };
+    let script = format!(
+        "{layer}echo one > /workspace/a && ln -s a /workspace/l && mkdir -p /workspace/d && \
+         echo two > /workspace/d/b && echo three > $HOME/.rc"
+    );
+    s.sh(&[], &script);
+    let tar = fx.dir.path().join("s.tar");
+    fx.run(["session", "export", &s.name, tar.to_str().unwrap()])
+        .ok();
+    // Exporting over an existing file is refused, and leaves it.
+    let out = fx.run(["session", "export", &s.name, tar.to_str().unwrap()]);
+    assert_eq!(out.code, 3, "{out:?}");
+    let copy = TestSession {
+        fx: &fx,
+        name: format!("{}-copy", s.name),
+        json: Value::Null,
+    };
+    let out = fx
+        .run(["session", "import", tar.to_str().unwrap(), &copy.name])
+        .ok();
+    assert_eq!(out.stdout.trim(), copy.name);
+    let got = copy.sh(
+        &[],
+        "cat /workspace/a /workspace/l /workspace/d/b $HOME/.rc; cat /var/tmp/x/f 2>/dev/null; \
+         test -e /usr/bin/pydoc3 && echo pydoc; true",
+    );
+    let from_layer = if fx.rootless() { "pydoc\n" } else { "four\n" };
+    assert_eq!(got, format!("one\none\ntwo\nthree\n{from_layer}"));
+    let (_, r) = copy.call(&[], &["true"]);
+    assert_eq!(r["limits"]["timeout_ms"], 20_000, "the settings came along");
+    // Not an archive of a session: refused, and no session is left.
+    let junk = fx.dir.path().join("junk.tar");
+    fs::write(&junk, b"not a tar file").unwrap();
+    let out = fx.run(["session", "import", junk.to_str().unwrap(), "junk"]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(out.stderr.contains("session archive"), "{out:?}");
+    let ls = fx.run(["session", "ls", "--json"]).ok().json();
+    assert!(!ls.as_array().unwrap().iter().any(|x| x["name"] == "junk"));
+    drop((s, copy));
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, export_and_import: export_as_root, export_rootless);

@@ -16,6 +16,7 @@
 //! filesystem image: the storage is plain directories and the bound is
 //! reported as not enforced.
 
+mod archive;
 mod storage;
 mod tighten;
 

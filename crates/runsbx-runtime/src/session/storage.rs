@@ -53,28 +53,11 @@ impl Session {
     ) -> Result<(Storage, Workspace)> {
         let name = &self.settings.name;
         let ctx = |what: &str| format!("mount session `{name}`'s storage: {what}");
-        let mut mounts = Vec::new();
-        let base = if privilege::rootless() {
-            open_beneath(&open_dir(&self.dir)?, Path::new(FS_DIR))
-                .map_err(|e| RuntimeError::io(ctx(&format!("open {FS_DIR}/")), e))?
-        } else {
-            let target = call_dir.join("disk");
-            let image = open_disk(&self.dir.join(DISK))
-                .map_err(|e| RuntimeError::io(ctx(&format!("open {DISK}")), e))?;
-            self.wait_for_disk()?;
-            make_dir(&target)?;
-            loopdev::mount_ext4(&image, &target)
-                .map_err(|e| RuntimeError::io(ctx(&format!("mount {DISK} on {target:?}")), e))?;
-            mounts.push(target.clone());
-            open_dir(&target)?
-        };
         // Unmounted on any error from here on.
-        let mut storage = Storage {
-            rootfs: call_dir.join("rootfs"),
-            mounts,
-        };
+        let (mut storage, base) = self.mount_disk(&call_dir.join("disk"))?;
+        storage.rootfs = call_dir.join("rootfs");
         let dir = |name: &str| {
-            open_beneath(&base, Path::new(name))
+            open_beneath(&base.fd, Path::new(name))
                 .map_err(|e| RuntimeError::io(ctx(&format!("open {name}/")), e))
         };
         let (upper, work, workspace) = (dir(UPPER)?, dir(WORK)?, dir(WORKSPACE)?);
@@ -96,6 +79,39 @@ impl Session {
             .map_err(|e| RuntimeError::sys(ctx("a bind mount of the workspace"), e))?;
         let workspace = Workspace::session(tree.as_fd(), &call_dir.join(WORKSPACE), owner)?;
         Ok((storage, workspace))
+    }
+
+    /// Mounts the session's disk at `target` (as root; rootless there is
+    /// none): the returned storage unmounts it when dropped, and `Base` is
+    /// the directory holding the layer and the workspace.
+    pub(crate) fn mount_disk(&self, target: &Path) -> Result<(Storage, Base)> {
+        let name = &self.settings.name;
+        let ctx = |what: &str| format!("mount session `{name}`'s storage: {what}");
+        let mut storage = Storage {
+            rootfs: PathBuf::new(),
+            mounts: Vec::new(),
+        };
+        if privilege::rootless() {
+            let fd = open_beneath(&open_dir(&self.dir)?, Path::new(FS_DIR))
+                .map_err(|e| RuntimeError::io(ctx(&format!("open {FS_DIR}/")), e))?;
+            let path = self.dir.join(FS_DIR);
+            return Ok((storage, Base { fd, path }));
+        }
+        let image = open_disk(&self.dir.join(DISK))
+            .map_err(|e| RuntimeError::io(ctx(&format!("open {DISK}")), e))?;
+        self.wait_for_disk()?;
+        make_dir(target)?;
+        loopdev::mount_ext4(&image, target)
+            .map_err(|e| RuntimeError::io(ctx(&format!("mount {DISK} on {target:?}")), e))?;
+        storage.mounts.push(target.to_owned());
+        let fd = open_dir(target)?;
+        Ok((
+            storage,
+            Base {
+                fd,
+                path: target.to_owned(),
+            },
+        ))
     }
 
     /// Waits until no loop device holds the disk: the mount namespace of
@@ -120,6 +136,19 @@ impl Session {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+}
+
+/// The directory holding a session's layer and workspace, open.
+pub(crate) struct Base {
+    pub fd: OwnedFd,
+    pub path: PathBuf,
+}
+
+impl Base {
+    /// `name` (the layer or the workspace), reached without a link.
+    pub fn open(&self, name: &str) -> std::io::Result<OwnedFd> {
+        open_beneath(&self.fd, Path::new(name))
     }
 }
 
