@@ -156,7 +156,7 @@ fn new_session(c: &Create, config: Option<PathBuf>) -> Result<NewSession> {
         disk: Some(size("disk", &c.disk)?),
         memory: c.memory.as_deref().map(|m| size("memory", m)).transpose()?,
         pids: c.pids,
-        timeout: Some(crate::call_cmd::parse_duration(&c.timeout)?),
+        timeout: crate::call_cmd::parse_duration(&c.timeout)?,
         egress: crate::call_cmd::egress(
             c.allow_host.clone(),
             &c.proxy_resolve,

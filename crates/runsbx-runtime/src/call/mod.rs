@@ -24,6 +24,7 @@ mod plan;
 mod request;
 mod result;
 mod sweep;
+mod tighten;
 mod wait;
 
 use std::fs::{self, File};

@@ -61,7 +61,7 @@ impl CallPlan {
         let tightened;
         let req = match &session {
             Some(s) => {
-                tightened = crate::session::tighten(&s.settings, req)?;
+                tightened = super::tighten::tighten(&s.settings, req)?;
                 &tightened
             }
             None => req,

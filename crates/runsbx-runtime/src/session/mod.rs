@@ -18,7 +18,6 @@
 
 mod archive;
 mod storage;
-mod tighten;
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
@@ -40,7 +39,6 @@ use runsbx_image::ImageStore;
 use runsbx_policy::IdRange;
 
 pub use storage::Storage;
-pub(crate) use tighten::tighten;
 
 /// The schema of a session's JSON (`session create --json`, `session ls`).
 pub const SCHEMA: &str = "runsbx.session/v1";
@@ -99,14 +97,14 @@ pub struct DiskBound {
 }
 
 /// What `session create` is asked.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct NewSession {
     pub name: Option<String>,
     pub image: Option<String>,
     pub disk: Option<u64>,
     pub memory: Option<u64>,
     pub pids: Option<u64>,
-    pub timeout: Option<Duration>,
+    pub timeout: Duration,
     pub egress: Option<runsbx_policy::EgressPlan>,
     pub profile: Option<String>,
     pub data_dir: Option<PathBuf>,
@@ -193,10 +191,7 @@ impl Sessions {
             },
             memory_bytes: new.memory,
             pids: new.pids,
-            timeout_ms: new
-                .timeout
-                .unwrap_or(crate::call::CallRequest::DEFAULT_TIMEOUT)
-                .as_millis() as u64,
+            timeout_ms: new.timeout.as_millis() as u64,
             allow_hosts: egress.allow,
             proxy_resolve: egress.resolve,
             proxy_allow_addresses: egress.allow_addresses,

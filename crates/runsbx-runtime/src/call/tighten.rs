@@ -3,9 +3,9 @@
 
 use std::time::Duration;
 
-use super::Settings;
-use crate::call::CallRequest;
+use super::CallRequest;
 use crate::error::{Result, RuntimeError};
+use crate::session::Settings;
 
 /// `req` with the session's defaults filled in; refused when it asks for
 /// more than the session allows.
