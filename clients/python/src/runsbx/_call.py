@@ -465,12 +465,13 @@ class StderrTail:
 
 
 def _said(stderr: str) -> str:
-    """The message of runsbx's stderr: its ``error:`` line (the whole
-    chain of causes), else its first line."""
+    """The message of runsbx's stderr: its ``runsbx: error:`` line (the
+    whole chain of causes), else its first line."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]
     for line in lines:
-        if line.startswith("error: "):
-            return line[len("error: ") :]
+        for prefix in ("runsbx: error: ", "error: "):
+            if line.startswith(prefix):
+                return line[len(prefix) :]
     return lines[0] if lines else ""
 
 

@@ -228,6 +228,9 @@ class SessionInfo:
             only lower them); ``None`` where the profile's apply.
         allow_hosts: The hosts its calls may reach (a call may only
             narrow them).
+        proxy_resolve, proxy_allow_addresses: Its egress proxy's resolver
+            overrides and exempt destinations.
+        profile: The profile its calls run under (``None``: the default).
         in_use: Whether a call is running in it.
         raw: The object as runsbx printed it.
     """
@@ -241,6 +244,9 @@ class SessionInfo:
     pids: Optional[int]
     timeout_ms: Optional[int]
     allow_hosts: Tuple[str, ...]
+    proxy_resolve: Mapping[str, str]
+    proxy_allow_addresses: Tuple[str, ...]
+    profile: Optional[str]
     in_use: bool
     raw: Mapping[str, Any] = field(repr=False, compare=False)
 
@@ -653,6 +659,8 @@ def parse_session(obj: Any) -> SessionInfo:
     if not name:
         raise _bad("a session's name", obj.get("name"))
     hosts = _list(obj, "allow_hosts") or []
+    resolve = _obj(obj, "proxy_resolve") or {}
+    exempt = _list(obj, "proxy_allow_addresses") or []
     return SessionInfo(
         schema=schema,
         name=name,
@@ -663,6 +671,9 @@ def parse_session(obj: Any) -> SessionInfo:
         pids=_opt_int(obj, "pids"),
         timeout_ms=_opt_int(obj, "timeout_ms"),
         allow_hosts=tuple(str(h) for h in hosts),
+        proxy_resolve={str(k): str(v) for k, v in resolve.items()},
+        proxy_allow_addresses=tuple(str(a) for a in exempt),
+        profile=_opt_str(obj, "profile"),
         in_use=_bool(obj, "in_use"),
         raw=obj,
     )
