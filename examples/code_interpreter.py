@@ -20,11 +20,17 @@ every spelling, unless named on purpose.
 
 API (JSON)::
 
-    GET  /health                   {"ok": true}
-    POST /run  {"code": "...", "timeout": 10}
-         -> {"status": "exited", "exit_code": 0, "stdout": "...", "stderr": "...",
-             "timed_out": false, "duration_ms": 70.1,
-             "egress_denied": [{"host": "127.0.0.1", "port": 8000, "code": "ip_literal", ...}]}
+    GET    /health                 {"ok": true}
+    POST   /run  {"code": "...", "timeout": 10, "session": "s-..." (optional)}
+           -> {"status": "exited", "exit_code": 0, "stdout": "...", "stderr": "...",
+               "timed_out": false, "duration_ms": 70.1,
+               "egress_denied": [{"host": "127.0.0.1", "port": 8000, "code": "ip_literal", ...}]}
+    POST   /sessions               -> 201 {"session": "s-..."}: files (and what pip
+                                   installs) persist between the runs given it
+    DELETE /sessions/NAME          -> {"closed": "s-..."}
+
+Only sessions this API made can be named: a caller cannot run code in
+another session of the user the API runs as.
 
 Run it::
 
@@ -57,6 +63,8 @@ import runsbx
 PYPI = ("pypi.org", "files.pythonhosted.org")
 #: The largest request body the API reads.
 MAX_BODY = 1 << 20
+#: The file a session's code is written to (in its /workspace).
+CELL = ".cell.py"
 
 
 class Interpreter:
@@ -73,6 +81,7 @@ class Interpreter:
         timeout: The longest a request may ask for, and the default.
         memory: Each sandbox's memory limit.
         max_running: Sandboxes at once; more requests get 503.
+        max_sessions: Sessions open at once; more get 503.
         image: The runsbx image (default ``python``).
         binary: The runsbx binary.
     """
@@ -86,6 +95,7 @@ class Interpreter:
         timeout: float = 30.0,
         memory: str = "1G",
         max_running: int = 4,
+        max_sessions: int = 16,
         image: Optional[str] = None,
         binary: Optional[str] = None,
     ) -> None:
@@ -96,27 +106,45 @@ class Interpreter:
         self.memory = memory
         self.image = image
         self.binary = binary
+        self.max_sessions = max_sessions
         self._slots = threading.BoundedSemaphore(max_running)
+        self._lock = threading.Lock()
+        self._sessions: Dict[str, runsbx.Session] = {}
 
-    def run(self, code: str, timeout: Optional[float] = None) -> Tuple[int, Dict[str, Any]]:
-        """Runs ``code`` with ``python3``; returns the HTTP status and the
+    def run(
+        self, code: str, timeout: Optional[float] = None, session: Optional[str] = None
+    ) -> Tuple[int, Dict[str, Any]]:
+        """Runs ``code`` with ``python3`` (in ``session`` when given: one
+        of :meth:`open_session`'s); returns the HTTP status and the
         response object."""
         limit = self.timeout if timeout is None else min(float(timeout), self.timeout)
+        handle: Optional[runsbx.Session] = None
+        if session is not None:
+            with self._lock:
+                handle = self._sessions.get(session)
+            if handle is None:
+                return 404, {"error": f"no session {session!r} (POST /sessions makes one)"}
         if not self._slots.acquire(blocking=False):
             return 503, {"error": "busy: too many runs at once; retry later"}
         try:
-            r = runsbx.run(
-                ["python3", "main.py"],
-                files={"main.py": code},
-                timeout=limit,
-                memory=self.memory,
-                allow_hosts=self.index_hosts,
-                proxy_resolve=self.proxy_resolve,
-                proxy_allow_addresses=self.proxy_allow_addresses,
-                image=self.image,
-                max_output="256K",
-                binary=self.binary,
-            )
+            if handle is None:
+                r = runsbx.run(
+                    ["python3", "main.py"],
+                    files={"main.py": code},
+                    timeout=limit,
+                    memory=self.memory,
+                    allow_hosts=self.index_hosts,
+                    proxy_resolve=self.proxy_resolve,
+                    proxy_allow_addresses=self.proxy_allow_addresses,
+                    image=self.image,
+                    max_output="256K",
+                    binary=self.binary,
+                )
+            else:
+                # The session holds the image, memory and egress settings.
+                r = handle.run(["python3", CELL], files={CELL: code}, timeout=limit, max_output="256K")
+        except runsbx.SessionNotFound:
+            return 404, {"error": f"session {session!r} is gone"}
         except runsbx.CallError as e:
             return 500, {"error": f"{type(e).__name__}: {e}"}
         finally:
@@ -135,6 +163,50 @@ class Interpreter:
             "egress_denied": denied,
         }
 
+    def open_session(self) -> Tuple[int, Dict[str, Any]]:
+        """Makes a session with this interpreter's settings."""
+        with self._lock:
+            if len(self._sessions) >= self.max_sessions:
+                return 503, {"error": f"{self.max_sessions} sessions are open; close one first"}
+        try:
+            s = runsbx.Session(
+                image=self.image,
+                memory=self.memory,
+                timeout=self.timeout,
+                allow_hosts=self.index_hosts,
+                proxy_resolve=self.proxy_resolve,
+                proxy_allow_addresses=self.proxy_allow_addresses,
+                binary=self.binary,
+            )
+        except runsbx.CallError as e:
+            return 500, {"error": f"{type(e).__name__}: {e}"}
+        with self._lock:
+            self._sessions[s.name] = s
+        return 201, {"session": s.name}
+
+    def close_session(self, name: str) -> Tuple[int, Dict[str, Any]]:
+        """Removes one of this interpreter's sessions."""
+        with self._lock:
+            s = self._sessions.pop(name, None)
+        if s is None:
+            return 404, {"error": f"no session {name!r}"}
+        try:
+            s.close()
+        except runsbx.SessionInUse:
+            with self._lock:
+                self._sessions[name] = s
+            return 409, {"error": f"session {name!r} is running code; close it once that ends"}
+        except runsbx.SessionNotFound:
+            pass
+        return 200, {"closed": name}
+
+    def close(self) -> None:
+        """Removes every session this interpreter made."""
+        with self._lock:
+            names = list(self._sessions)
+        for name in names:
+            self.close_session(name)
+
 
 class Handler(http.server.BaseHTTPRequestHandler):
     """The API's routes."""
@@ -149,8 +221,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             self._reply(404, {"error": f"no route GET {self.path}"})
 
+    def do_DELETE(self) -> None:  # noqa: N802
+        self.server.seen(self)
+        prefix = "/sessions/"
+        if self.path.startswith(prefix) and "/" not in self.path[len(prefix) :]:
+            self._reply(*self.server.interpreter.close_session(self.path[len(prefix) :]))
+        else:
+            self._reply(404, {"error": f"no route DELETE {self.path}"})
+
     def do_POST(self) -> None:  # noqa: N802
         self.server.seen(self)
+        if self.path == "/sessions":
+            self._reply(*self.server.interpreter.open_session())
+            return
         if self.path != "/run":
             self._reply(404, {"error": f"no route POST {self.path}"})
             return
@@ -166,13 +249,21 @@ class Handler(http.server.BaseHTTPRequestHandler):
             req = json.loads(self.rfile.read(length))
             code = req["code"]
             timeout = req.get("timeout")
-            if not isinstance(code, str) or not (timeout is None or isinstance(timeout, (int, float))):
+            session = req.get("session")
+            if (
+                not isinstance(code, str)
+                or not (timeout is None or isinstance(timeout, (int, float)))
+                or not (session is None or isinstance(session, str))
+            ):
                 raise TypeError
         except (ValueError, KeyError, TypeError):
-            self._reply(400, {"error": 'send {"code": "<python source>", "timeout": <seconds, optional>}'})
+            self._reply(
+                400,
+                {"error": 'send {"code": "<python source>", "timeout": <seconds>, "session": "<name>"} '
+                          "(timeout and session optional)"},
+            )
             return
-        status, body = self.server.interpreter.run(code, timeout)
-        self._reply(status, body)
+        self._reply(*self.server.interpreter.run(code, timeout, session))
 
     def _reply(self, status: int, body: Mapping[str, Any]) -> None:
         data = json.dumps(body).encode()
@@ -253,6 +344,7 @@ def main(argv: List[str]) -> int:
         pass
     finally:
         server.server_close()
+        interpreter.close()
     return 0
 
 

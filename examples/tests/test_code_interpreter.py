@@ -21,11 +21,12 @@ import subprocess
 import threading
 import urllib.error
 import urllib.request
-from typing import Any, Dict, Iterator, List, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import pytest
 
 import code_interpreter
+import runsbx
 from conftest import skip
 
 INDEX_NAME = "pypi.test"
@@ -123,6 +124,7 @@ def setup(runsbx_bin: str) -> Iterator[Dict[str, Any]]:
         for s in [index, *servers]:
             s.shutdown()
             s.server_close()
+        interpreter.close()
 
 
 def spellings(own: List[str]) -> List[str]:
@@ -142,16 +144,29 @@ def http_get(url: str) -> Tuple[int, bytes]:
         return r.status, r.read()
 
 
-def post(port: int, code: str, timeout: float = 60) -> Dict[str, Any]:
+def request(port: int, method: str, path: str, body: Optional[Dict[str, Any]] = None, wait: float = 120) -> Tuple[int, Dict[str, Any]]:
+    """An API request; its status and JSON reply, whatever the status."""
     req = urllib.request.Request(
-        f"http://127.0.0.1:{port}/run",
-        data=json.dumps({"code": code, "timeout": timeout}).encode(),
+        f"http://127.0.0.1:{port}{path}",
+        data=None if body is None else json.dumps(body).encode(),
         headers={"Content-Type": "application/json"},
+        method=method,
     )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(req, timeout=timeout + 60) as r:
-        assert r.status == 200
-        return json.loads(r.read())  # type: ignore[no-any-return]
+    try:
+        with opener.open(req, timeout=wait) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def post(port: int, code: str, timeout: float = 60, session: Optional[str] = None) -> Dict[str, Any]:
+    body: Dict[str, Any] = {"code": code, "timeout": timeout}
+    if session is not None:
+        body["session"] = session
+    status, reply = request(port, "POST", "/run", body, wait=timeout + 60)
+    assert status == 200, reply
+    return reply
 
 
 # The code submitted to the API. Each target is tried directly (every
@@ -287,3 +302,32 @@ def test_api_errors(setup: Dict[str, Any]) -> None:
         assert e.value.code == 400
     reply = post(port, "import time\nprint('x', flush=True)\ntime.sleep(60)", timeout=1)
     assert (reply["status"], reply["timed_out"], reply["stdout"]) == ("timed_out", True, "x\n")
+
+
+def test_sessions_keep_files_and_are_the_apis_own(setup: Dict[str, Any]) -> None:
+    port, index_port = setup["port"], setup["index_port"]
+    status, made = request(port, "POST", "/sessions")
+    assert status == 201, made
+    name = made["session"]
+    assert name in {s.name for s in runsbx.sessions()}
+    post(port, "open('notes.txt', 'w').write('cell 1')\nopen('/tmp/scratch', 'w').write('x')", session=name)
+    reply = post(port, "import os\nprint(open('notes.txt').read(), os.path.exists('/tmp/scratch'))", session=name)
+    assert reply["stdout"] == "cell 1 False\n", reply
+    # The session has the interpreter's egress: the index, by its name.
+    reply = post(
+        port,
+        f"import urllib.request\nprint(urllib.request.urlopen('http://{INDEX_NAME}:{index_port}/simple/greet/').status)",
+        session=name,
+    )
+    assert reply["stdout"] == "200\n", reply
+    # Sessions the API did not make cannot be named, even existing ones.
+    with runsbx.Session() as foreign:
+        foreign.write_file("theirs.txt", "not yours")
+        for other in (foreign.name, "s-000000000000", "../x"):
+            status, reply = request(port, "POST", "/run", {"code": "print(open('theirs.txt').read())", "session": other})
+            assert status == 404, (other, reply)
+    status, reply = request(port, "DELETE", f"/sessions/{name}")
+    assert (status, reply) == (200, {"closed": name})
+    assert name not in {s.name for s in runsbx.sessions()}
+    assert request(port, "DELETE", f"/sessions/{name}")[0] == 404
+    assert request(port, "POST", "/run", {"code": "print(1)", "session": name})[0] == 404
