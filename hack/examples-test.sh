@@ -40,12 +40,13 @@ chmod -R a+rX "$copy"
 # caller's (its XDG_RUNTIME_DIR, say, belongs to someone else).
 run_env=(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
          CI="${CI:-}" RUNSBX_BIN="$copy/runsbx" PYTHONDONTWRITEBYTECODE=1)
-pytest_cmd=(/usr/bin/python3 -m pytest -v -p no:cacheprovider examples/tests)
+pytest_cmd=(/usr/bin/python3 -m pytest -v -rs -p no:cacheprovider examples/tests)
 
 status=0
-echo "== example tests as $(id -un)"
-(cd "$copy" && env -i "${run_env[@]}" HOME="$HOME" ${XDG_RUNTIME_DIR:+XDG_RUNTIME_DIR="$XDG_RUNTIME_DIR"} \
-    "${pytest_cmd[@]}") 2>&1 | tee -a "$log" || status=1
+me=$(id -un)
+echo "== example tests as $me"
+(cd "$copy" && env -i "${run_env[@]}" HOME="$(getent passwd "$me" | cut -d: -f6)" USER="$me" \
+    ${XDG_RUNTIME_DIR:+XDG_RUNTIME_DIR="$XDG_RUNTIME_DIR"} "${pytest_cmd[@]}") 2>&1 | tee -a "$log" || status=1
 
 if [ -n "$user" ]; then
     home=$(getent passwd "$user" | cut -d: -f6)
