@@ -199,6 +199,7 @@ class SessionTest(SessionTestCase):
             r = s.run(["sleep", "30"])
             self.assertTrue(r.timed_out)
             self.assertLess(r.duration_ms, 15000)
+            self.assertEqual(r.limits.timeout_ms, 5000)
             r = s.run(["sleep", "30"], timeout=1)
             self.assertTrue(r.timed_out)
             self.assertEqual(r.limits.timeout_ms, 1000)
