@@ -35,6 +35,7 @@ CI = os.environ.get("CI") == "true"
 APPLETS = [
     "sh", "echo", "cat", "ls", "printf", "read", "sleep", "true", "false",
     "head", "dd", "mkdir", "ln", "env", "wc", "tr", "yes", "seq", "kill",
+    "wget", "find", "test", "[", "rm",
 ]
 
 

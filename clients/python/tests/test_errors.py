@@ -17,7 +17,7 @@ from _support import RunsbxTestCase
 
 import runsbx
 from runsbx.errors import error_class
-from runsbx.result import parse_result
+from runsbx.result import parse_result, parse_session
 
 
 class CallErrorTest(RunsbxTestCase):
@@ -198,6 +198,7 @@ class ParseTest(unittest.TestCase):
             ("not_found", "command `x`: executable file not found", 127): runsbx.CommandNotFound,
             ("not_executable", "command `/etc` is not ...", 126): runsbx.NotExecutable,
             ("failure", "copy --input", 123): runsbx.Failure,
+            ("bad_input", "session `s-1` does not exist (in ...)", 125): runsbx.SessionNotFound,
             ("a_future_kind", "?", 125): runsbx.BadInput,
             ("a_future_kind", "?", 99): runsbx.CallError,
         }
@@ -205,6 +206,27 @@ class ParseTest(unittest.TestCase):
             with self.subTest(kind=kind, message=message):
                 self.assertIs(error_class(kind, message, code), cls)
                 self.assertTrue(issubclass(cls, runsbx.CallError))
+
+    def test_a_session_object(self) -> None:
+        info = parse_session(
+            {
+                "schema": "runsbx.session/v1", "name": "s-0123456789ab", "image": "python",
+                "created": "2026-11-23T05:00:00Z", "disk": {"limit_bytes": 1 << 30, "enforced": False,
+                "reason": "rootless"}, "memory_bytes": None, "pids": 64, "timeout_ms": 30000,
+                "allow_hosts": ["pypi.org"], "proxy_resolve": {"a.test": "10.0.0.7"},
+                "in_use": True, "a_new_field": 1,
+            }
+        )
+        self.assertEqual((info.name, info.image, info.pids, info.timeout_ms), ("s-0123456789ab", "python", 64, 30000))
+        self.assertEqual(info.disk, runsbx.Disk(limit_bytes=1 << 30, enforced=False, reason="rootless"))
+        self.assertEqual((info.allow_hosts, info.proxy_allow_addresses), (("pypi.org",), ()))
+        self.assertEqual(info.proxy_resolve, {"a.test": "10.0.0.7"})
+        self.assertTrue(info.in_use)
+        self.assertEqual(info.raw["a_new_field"], 1)
+        for bad in ({"schema": "runsbx.session/v2", "name": "x"}, {"schema": "runsbx.session/v1"}, []):
+            with self.subTest(bad=bad):
+                with self.assertRaises(runsbx.ProtocolError):
+                    parse_session(bad)
 
     def test_unknown_fields_and_a_later_minor_schema(self) -> None:
         obj = {

@@ -3,10 +3,13 @@ files in and out, truncation, binary output, the deadline, egress."""
 
 from __future__ import annotations
 
+import http.server
 import os
 import pathlib
 import tempfile
+import threading
 import unittest
+from typing import List
 
 from _support import RunsbxTestCase
 
@@ -204,6 +207,93 @@ class RunTest(RunsbxTestCase):
         self.assertEqual(r.egress.stats.connections, 0)
         # Without allow_hosts there is no egress at all.
         self.assertIsNone(runsbx.run(["true"], rootfs=self.rootfs).egress)
+
+
+class ProxyOptionsTest(RunsbxTestCase):
+    """proxy_resolve and proxy_allow_addresses, against a server on the
+    host's loopback that the sandbox knows by a made-up name."""
+
+    def setUp(self) -> None:
+        super().setUp()
+        self.server = Server()
+        self.addCleanup(self.server.stop)
+        self.port = self.server.port
+        self.host = f"index.test:{self.port}"
+
+    def fetch(self, **kwargs: object) -> runsbx.CallResult:
+        return runsbx.run(
+            ["wget", "-q", "-O", "-", f"http://{self.host}/simple/"],
+            rootfs=self.rootfs,
+            allow_hosts=[self.host],
+            timeout=20,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    def test_a_named_loopback_service(self) -> None:
+        r = self.fetch(
+            proxy_resolve={"index.test": "127.0.0.1"},
+            proxy_allow_addresses=[f"127.0.0.1:{self.port}"],
+        )
+        self.assertTrue(r.ok, r)
+        self.assertEqual(r.stdout_text, "the index\n")
+        self.assertEqual(self.server.paths, ["/simple/"])
+        assert r.egress is not None
+        self.assertEqual(r.egress.denied, ())
+        self.assertEqual(r.egress.stats.connections, 1)
+
+    def test_resolved_but_not_allowed_is_refused(self) -> None:
+        # The name resolves to loopback, which the proxy refuses unless
+        # the address and port are named.
+        for allowed in ([], [f"127.0.0.1:{self.port + 1 if self.port < 65535 else 1}"]):
+            with self.subTest(allowed=allowed):
+                r = self.fetch(proxy_resolve={"index.test": "127.0.0.1"}, proxy_allow_addresses=allowed)
+                self.assertFalse(r.ok)
+                assert r.egress is not None
+                self.assertEqual([d.code for d in r.egress.denied], ["address_class"], r.egress.denied)
+                self.assertEqual(r.egress.denied[0].host, "index.test")
+        self.assertEqual(self.server.paths, [])
+
+    def test_option_checks(self) -> None:
+        with self.assertRaises(runsbx.BadInput):
+            self.fetch(proxy_resolve={"a=b": "127.0.0.1"})
+        with self.assertRaises(TypeError):
+            self.fetch(proxy_resolve=[("index.test", "127.0.0.1")])
+        with self.assertRaises(runsbx.BadInput) as cm:
+            self.fetch(proxy_resolve={"index.test": "not-an-ip"})
+        self.assertIn("--proxy-resolve", str(cm.exception))
+        with self.assertRaises(runsbx.BadInput) as cm:
+            self.fetch(proxy_allow_addresses=["127.0.0.1"])
+        self.assertIn("--proxy-allow-address", str(cm.exception))
+
+
+class Server:
+    """A stdlib HTTP server on 127.0.0.1 that answers every GET with
+    "the index" and records the paths."""
+
+    def __init__(self) -> None:
+        paths: List[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                paths.append(self.path)
+                body = b"the index\n"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.paths = paths
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.httpd.server_address[1]
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
 
 
 class PythonImageTest(RunsbxTestCase):

@@ -14,6 +14,14 @@ command in a fresh sandbox and returns a :class:`CallResult`::
             print(chunk.stream, chunk.text, end="")
     print(s.result.exit_code)
 
+:class:`Session` keeps files between calls (``runsbx session``): each
+call is still a fresh sandbox, but ``/workspace``, ``$HOME`` and what is
+installed persist::
+
+    with runsbx.Session() as s:
+        s.run(["python3", "-c", "open('n.txt', 'w').write('1')"])
+        assert s.read_file("n.txt") == b"1"
+
 :mod:`runsbx.aio` has the same with asyncio. The binary is ``binary=``, or
 the environment variable ``RUNSBX_BIN``, or ``runsbx`` on ``PATH``.
 """
@@ -23,12 +31,14 @@ from __future__ import annotations
 from . import aio
 from ._binary import ENV_VAR, find_binary
 from ._call import PIPE
-from ._sync import CallStream, run, stream
+from ._session import CallOptions
+from ._sync import CallStream, Session, run, sessions, stream
 from .errors import (
     BadInput,
     BinaryNotFound,
     CallError,
     CommandNotFound,
+    Conflict,
     Failure,
     ImageNotFound,
     NonZeroExit,
@@ -37,20 +47,27 @@ from .errors import (
     ProtocolError,
     Refused,
     RunsbxError,
+    SessionExists,
+    SessionInUse,
+    SessionNotFound,
     TimedOut,
 )
 from .result import (
     SCHEMA,
+    SESSION_SCHEMA,
     CallResult,
+    CallSession,
     Capped,
     Chunk,
     DenyEvent,
+    Disk,
     Egress,
     ErrorInfo,
     Layer,
     Limits,
     OutputFile,
     ProxyStats,
+    SessionInfo,
     Stream,
 )
 
@@ -59,12 +76,16 @@ __version__ = "0.1.0"
 __all__ = [
     "run",
     "stream",
+    "Session",
+    "sessions",
     "aio",
     "PIPE",
     "CallStream",
+    "CallOptions",
     "find_binary",
     "ENV_VAR",
     "SCHEMA",
+    "SESSION_SCHEMA",
     # results
     "CallResult",
     "Stream",
@@ -77,6 +98,9 @@ __all__ = [
     "ErrorInfo",
     "Chunk",
     "Capped",
+    "SessionInfo",
+    "CallSession",
+    "Disk",
     # errors
     "RunsbxError",
     "BinaryNotFound",
@@ -86,8 +110,12 @@ __all__ = [
     "Refused",
     "NotFound",
     "ImageNotFound",
+    "SessionNotFound",
     "CommandNotFound",
     "NotExecutable",
+    "Conflict",
+    "SessionExists",
+    "SessionInUse",
     "Failure",
     "TimedOut",
     "NonZeroExit",

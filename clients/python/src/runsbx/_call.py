@@ -10,11 +10,36 @@ import os
 import shutil
 import signal
 import tempfile
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import (
+    Callable,
+    Dict,
+    Generic,
+    Iterable,
+    List,
+    Mapping,
+    Optional,
+    Sequence,
+    Type,
+    TypeVar,
+    Union,
+)
 
 from ._binary import PathArg, find_binary
-from .errors import BadInput, CallError, Failure, ProtocolError, RunsbxError, error_class
-from .result import Capped, CallResult, Chunk, parse_event, parse_result
+from .errors import (
+    BadInput,
+    CallError,
+    Failure,
+    ImageNotFound,
+    ProtocolError,
+    RunsbxError,
+    SessionExists,
+    SessionInUse,
+    SessionNotFound,
+    error_class,
+)
+from .result import Capped, CallResult, Chunk, SessionInfo, parse_event, parse_result, parse_session
+
+T = TypeVar("T")
 
 
 class _Pipe:
@@ -52,6 +77,9 @@ OVERRUN_GRACE = 60.0
 TERM_GRACE = 15.0
 #: How much of runsbx's own stderr (its diagnostics) is kept.
 STDERR_KEEP = 64 * 1024
+#: How long a ``runsbx session`` command (create, ls, rm) may run before
+#: the client stops it.
+SUBCOMMAND_TIMEOUT = 300.0
 
 
 def _no_nul(what: str, value: str) -> str:
@@ -95,6 +123,56 @@ def _duration(timeout: Optional[float]) -> Optional[str]:
     return f"{float(timeout) * 1000.0:.3f}ms"
 
 
+def _str(what: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}: {value!r}")
+    return value
+
+
+def _sandbox_options(
+    *,
+    image: Optional[str],
+    timeout: Optional[float],
+    memory: Optional[Size],
+    pids: Optional[int],
+    profile: Optional[str],
+    allow_hosts: Optional[Strings],
+    proxy_resolve: Optional[Mapping[str, str]],
+    proxy_allow_addresses: Optional[Strings],
+) -> List[str]:
+    """The options that ``runsbx call`` and ``runsbx session create`` share:
+    the image, the limits, the profile and egress."""
+    opts: List[str] = []
+    if image is not None:
+        opts.append(f"--image={_no_nul('image', _str('image', image))}")
+    duration = _duration(timeout)
+    if duration is not None:
+        opts.append(f"--timeout={duration}")
+    if profile is not None:
+        opts.append(f"--profile={_no_nul('profile', _str('profile', profile))}")
+    limit = _size("memory", memory)
+    if limit is not None:
+        opts.append(f"--memory={_no_nul('memory', limit)}")
+    if pids is not None:
+        if isinstance(pids, bool) or not isinstance(pids, int):
+            raise TypeError(f"pids must be an int, not {pids!r}")
+        opts.append(f"--pids={pids}")
+    for host in _strings("allow_hosts", allow_hosts):
+        opts.append(f"--allow-host={_no_nul('allow_hosts', host)}")
+    if proxy_resolve is not None and not isinstance(proxy_resolve, Mapping):
+        raise TypeError(f"proxy_resolve must map a name to an IP address, not {proxy_resolve!r}")
+    for name, ip in (proxy_resolve or {}).items():
+        if not isinstance(name, str) or not isinstance(ip, str):
+            raise TypeError(f"proxy_resolve must map str to str, not {name!r}: {ip!r}")
+        if "=" in name:
+            # runsbx splits NAME=IP at the first '='.
+            raise BadInput(f"proxy_resolve name {name!r}: a host name holds no '='")
+        opts.append(f"--proxy-resolve={_no_nul('proxy_resolve', name)}={_no_nul('proxy_resolve', ip)}")
+    for address in _strings("proxy_allow_addresses", proxy_allow_addresses):
+        opts.append(f"--proxy-allow-address={_no_nul('proxy_allow_addresses', address)}")
+    return opts
+
+
 class Invocation:
     """One call, prepared: its command line, its stdin, its private
     directory (``files`` in, ``outputs`` out). :meth:`finish` turns what
@@ -114,10 +192,13 @@ class Invocation:
         files: Optional[Mapping[str, FileContent]] = None,
         outputs: Optional[Strings] = None,
         allow_hosts: Optional[Strings] = None,
+        proxy_resolve: Optional[Mapping[str, str]] = None,
+        proxy_allow_addresses: Optional[Strings] = None,
         memory: Optional[Size] = None,
         pids: Optional[int] = None,
         profile: Optional[str] = None,
         max_output: Optional[Size] = None,
+        session: Optional[str] = None,
         binary: Optional[PathArg] = None,
         check: bool = False,
     ) -> None:
@@ -147,26 +228,23 @@ class Invocation:
         else:
             raise TypeError(f"stdin must be bytes, str or None, not {type(stdin).__name__}")
 
-        opts: List[str] = []
-        if image is not None:
-            opts.append(f"--image={_no_nul('image', image)}")
+        opts = _sandbox_options(
+            image=image,
+            timeout=timeout,
+            memory=memory,
+            pids=pids,
+            profile=profile,
+            allow_hosts=allow_hosts,
+            proxy_resolve=proxy_resolve,
+            proxy_allow_addresses=proxy_allow_addresses,
+        )
+        if session is not None:
+            opts.append(f"--session={_no_nul('session', _str('session', session))}")
         if rootfs is not None:
             opts.append(f"--rootfs={_no_nul('rootfs', os.fspath(rootfs))}")
-        duration = _duration(timeout)
-        if duration is not None:
-            opts.append(f"--timeout={duration}")
-        if profile is not None:
-            opts.append(f"--profile={_no_nul('profile', profile)}")
-        for flag, value in (
-            ("memory", _size("memory", memory)),
-            ("max-output", _size("max_output", max_output)),
-        ):
-            if value is not None:
-                opts.append(f"--{flag}={_no_nul(flag, value)}")
-        if pids is not None:
-            if isinstance(pids, bool) or not isinstance(pids, int):
-                raise TypeError(f"pids must be an int, not {pids!r}")
-            opts.append(f"--pids={pids}")
+        max_kept = _size("max_output", max_output)
+        if max_kept is not None:
+            opts.append(f"--max-output={_no_nul('max-output', max_kept)}")
         if self.input is not None or self.pipe_stdin:
             opts.append("--stdin=-")
         for key, value in (env or {}).items():
@@ -177,8 +255,6 @@ class Invocation:
                 # another variable than the caller asked for.
                 raise BadInput(f"env key {key!r}: use a KEY of letters, digits and _ (no '=')")
             opts.append(f"--env={_no_nul('env', key)}={_no_nul('env', value)}")
-        for host in _strings("allow_hosts", allow_hosts):
-            opts.append(f"--allow-host={_no_nul('allow_hosts', host)}")
         globs = _strings("outputs", outputs)
         for glob in globs:
             opts.append(f"--output={_no_nul('outputs', glob)}")
@@ -207,7 +283,13 @@ class Invocation:
 
         self.binary = find_binary(binary)
         self.wall_timeout: Optional[float] = None
-        if isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0:
+        if session is not None:
+            # runsbx serialises the calls into a session: this one may
+            # first wait for another for as long as that one runs, so no
+            # deadline of the client's can tell a hung runsbx from a
+            # patient one. runsbx's own deadline and watchdog end the call.
+            pass
+        elif isinstance(timeout, (int, float)) and math.isfinite(timeout) and timeout > 0:
             self.wall_timeout = float(timeout) + OVERRUN_GRACE
         elif timeout is None:
             self.wall_timeout = 30.0 + OVERRUN_GRACE
@@ -382,4 +464,142 @@ class StderrTail:
         return bytes(self.data)
 
 
-__all__ = ["PIPE", "Invocation", "StreamProtocol", "StderrTail"]
+def _said(stderr: str) -> str:
+    """The message of runsbx's stderr: its ``runsbx: error:`` line (the
+    whole chain of causes), else its first line."""
+    lines = [line.strip() for line in stderr.splitlines() if line.strip()]
+    for line in lines:
+        for prefix in ("runsbx: error: ", "error: "):
+            if line.startswith(prefix):
+                return line[len(prefix) :]
+    return lines[0] if lines else ""
+
+
+class Subcommand(Generic[T]):
+    """One short runsbx command (``runsbx session create|ls|rm``): its
+    command line, and what its exit code and output mean. The sync and the
+    asyncio API run :attr:`argv` and hand what it printed to
+    :meth:`finish`."""
+
+    def __init__(
+        self,
+        argv: List[str],
+        parse: Callable[[bytes], T],
+        errors: Mapping[int, Type[CallError]],
+    ) -> None:
+        self.argv = argv
+        self.binary = argv[0]
+        self._parse = parse
+        self._errors = errors
+
+    def finish(self, returncode: int, stdout: bytes, stderr: bytes) -> T:
+        """The command's value, or its error.
+
+        Raises:
+            CallError: By runsbx's exit code (see :mod:`runsbx.errors`).
+            ProtocolError: runsbx printed nothing this client can read.
+        """
+        err = stderr.decode("utf-8", errors="replace")
+        if returncode == 0:
+            try:
+                return self._parse(stdout)
+            except RunsbxError as e:
+                e.returncode, e.stderr = returncode, err
+                raise
+        said = _said(err)
+        what = " ".join(self.argv[1:3])
+        if returncode < 0:
+            try:
+                name = signal.Signals(-returncode).name
+            except ValueError:
+                name = f"signal {-returncode}"
+            raise Failure(f"runsbx {what} was killed by {name}", returncode=returncode, stderr=err)
+        cls = self._errors.get(returncode)
+        if cls is None:
+            raise ProtocolError(
+                f"runsbx {what} exited with {returncode}, which it does not document"
+                + (f": {said}" if said else ""),
+                returncode=returncode,
+                stderr=err,
+            )
+        raise cls(said or f"runsbx {what} exited with {returncode}", returncode=returncode, stderr=err)
+
+
+# The exit codes of `runsbx session` (see runsbx's README, "Exit codes").
+_SESSION_ERRORS: Dict[int, Type[CallError]] = {1: Failure, 2: BadInput, 3: BadInput}
+
+
+def _json(stdout: bytes) -> object:
+    try:
+        return json.loads(stdout)
+    except ValueError as e:
+        raise ProtocolError(f"runsbx printed output that is not JSON ({e}): {stdout[:200]!r}") from None
+
+
+def session_create(
+    name: Optional[str],
+    *,
+    image: Optional[str] = None,
+    disk: Optional[Size] = None,
+    memory: Optional[Size] = None,
+    pids: Optional[int] = None,
+    timeout: Optional[float] = None,
+    allow_hosts: Optional[Strings] = None,
+    proxy_resolve: Optional[Mapping[str, str]] = None,
+    proxy_allow_addresses: Optional[Strings] = None,
+    profile: Optional[str] = None,
+    binary: Optional[PathArg] = None,
+) -> Subcommand[SessionInfo]:
+    """``runsbx session create --json [NAME]`` with these options."""
+    opts = _sandbox_options(
+        image=image,
+        timeout=timeout,
+        memory=memory,
+        pids=pids,
+        profile=profile,
+        allow_hosts=allow_hosts,
+        proxy_resolve=proxy_resolve,
+        proxy_allow_addresses=proxy_allow_addresses,
+    )
+    size = _size("disk", disk)
+    if size is not None:
+        opts.append(f"--disk={_no_nul('disk', size)}")
+    # `--` ends the options: a name can never be read as one.
+    names = [] if name is None else ["--", _no_nul("name", _str("name", name))]
+    argv = [find_binary(binary), "session", "create", "--json", *opts, *names]
+    errors = {**_SESSION_ERRORS, 4: ImageNotFound, 5: SessionExists}
+    return Subcommand(argv, lambda out: parse_session(_json(out)), errors)
+
+
+def _sessions(out: bytes) -> List[SessionInfo]:
+    obj = _json(out)
+    if not isinstance(obj, list):
+        raise ProtocolError(f"runsbx session ls --json printed {obj!r:.200}, not a JSON array")
+    return [parse_session(o) for o in obj]
+
+
+def session_list(binary: Optional[PathArg] = None) -> Subcommand[List[SessionInfo]]:
+    """``runsbx session ls --json``."""
+    return Subcommand([find_binary(binary), "session", "ls", "--json"], _sessions, _SESSION_ERRORS)
+
+
+def session_remove(names: Sequence[str], binary: Optional[PathArg] = None) -> Subcommand[None]:
+    """``runsbx session rm NAME...``."""
+    checked = [_no_nul("name", _str("name", n)) for n in names]
+    if not checked:
+        raise BadInput("session rm: name at least one session")
+    argv = [find_binary(binary), "session", "rm", "--", *checked]
+    errors = {**_SESSION_ERRORS, 4: SessionNotFound, 5: SessionInUse}
+    return Subcommand(argv, lambda out: None, errors)
+
+
+__all__ = [
+    "PIPE",
+    "Invocation",
+    "StreamProtocol",
+    "StderrTail",
+    "Subcommand",
+    "session_create",
+    "session_list",
+    "session_remove",
+]

@@ -7,10 +7,12 @@ import signal
 import subprocess
 import threading
 from types import TracebackType
-from typing import IO, Dict, Iterator, Mapping, Optional, Tuple, Type, Union
+from typing import IO, TYPE_CHECKING, Dict, Iterator, List, Mapping, Optional, Tuple, Type, TypeVar, Union
 
+from . import _session
 from ._binary import PathArg, not_runnable
 from ._call import (
+    SUBCOMMAND_TIMEOUT,
     TERM_GRACE,
     Command,
     FileContent,
@@ -20,12 +22,23 @@ from ._call import (
     StderrTail,
     StreamProtocol,
     Strings,
+    Subcommand,
     _Pipe,
+    session_create,
+    session_list,
+    session_remove,
 )
-from .errors import RunsbxError
-from .result import CallResult, Capped, Chunk
+from .errors import Failure, RunsbxError, SessionNotFound
+from .result import CallResult, Capped, Chunk, SessionInfo
 
-__all__ = ["run", "stream", "CallStream"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._session import CallOptions
+
+__all__ = ["run", "stream", "CallStream", "Session", "sessions"]
+
+T = TypeVar("T")
 
 
 def run(
@@ -39,10 +52,13 @@ def run(
     files: Optional[Mapping[str, FileContent]] = None,
     outputs: Optional[Strings] = None,
     allow_hosts: Optional[Strings] = None,
+    proxy_resolve: Optional[Mapping[str, str]] = None,
+    proxy_allow_addresses: Optional[Strings] = None,
     memory: Optional[Size] = None,
     pids: Optional[int] = None,
     profile: Optional[str] = None,
     max_output: Optional[Size] = None,
+    session: Optional[str] = None,
     binary: Optional[PathArg] = None,
     check: bool = False,
 ) -> CallResult:
@@ -68,6 +84,13 @@ def run(
             :attr:`CallResult.outputs` (symbolic links are refused).
         allow_hosts: Hosts the command may reach through runsbx's egress
             proxy (``NAME``, ``NAME:PORT``, ``*.SUFFIX``); none by default.
+        proxy_resolve: Names the proxy resolves to these IP addresses
+            instead of asking DNS (``{"pypi.internal": "10.0.0.7"}``; needs
+            ``allow_hosts``).
+        proxy_allow_addresses: Destinations (``"IP:PORT"``) exempt from the
+            proxy's refusal of loopback, private and link-local addresses:
+            a service you run on purpose (needs ``allow_hosts``; opens
+            nothing by itself).
         memory: A memory limit (bytes, or ``"256M"``), no higher than the
             profile's.
         pids: A process limit, no higher than the profile's.
@@ -75,6 +98,9 @@ def run(
             stricter).
         max_output: Bytes kept of each of stdout and stderr (bytes, or
             ``"1M"``): the first and the last halves (runsbx's default 1M).
+        session: Run in this persistent session (see :class:`Session`):
+            its /workspace and what the command writes outside /tmp
+            persist between calls; its limits are the defaults.
         binary: The runsbx binary (default: ``$RUNSBX_BIN``, else
             ``runsbx`` on ``PATH``).
         check: Raise :class:`~runsbx.TimedOut` on a timeout and
@@ -105,13 +131,21 @@ def run(
         files=files,
         outputs=outputs,
         allow_hosts=allow_hosts,
+        proxy_resolve=proxy_resolve,
+        proxy_allow_addresses=proxy_allow_addresses,
         memory=memory,
         pids=pids,
         profile=profile,
         max_output=max_output,
+        session=session,
         binary=binary,
         check=check,
     )
+    return _run(inv)
+
+
+def _run(inv: Invocation) -> CallResult:
+    """Runs a prepared call to its end."""
     try:
         proc = _start(inv)
         try:
@@ -140,10 +174,13 @@ def stream(
     files: Optional[Mapping[str, FileContent]] = None,
     outputs: Optional[Strings] = None,
     allow_hosts: Optional[Strings] = None,
+    proxy_resolve: Optional[Mapping[str, str]] = None,
+    proxy_allow_addresses: Optional[Strings] = None,
     memory: Optional[Size] = None,
     pids: Optional[int] = None,
     profile: Optional[str] = None,
     max_output: Optional[Size] = None,
+    session: Optional[str] = None,
     binary: Optional[PathArg] = None,
     check: bool = False,
 ) -> CallStream:
@@ -181,13 +218,20 @@ def stream(
         files=files,
         outputs=outputs,
         allow_hosts=allow_hosts,
+        proxy_resolve=proxy_resolve,
+        proxy_allow_addresses=proxy_allow_addresses,
         memory=memory,
         pids=pids,
         profile=profile,
         max_output=max_output,
+        session=session,
         binary=binary,
         check=check,
     )
+    return _stream(inv)
+
+
+def _stream(inv: Invocation) -> CallStream:
     try:
         return CallStream(inv)
     except BaseException:
@@ -476,3 +520,187 @@ class CallStream(Iterator[Chunk]):
                 stdin.close()
             except OSError:
                 pass
+
+
+# -- sessions ------------------------------------------------------------------
+
+
+def _run_subcommand(cmd: Subcommand[T]) -> T:
+    """Runs a ``runsbx session`` command to its end."""
+    try:
+        proc = subprocess.run(
+            cmd.argv,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=SUBCOMMAND_TIMEOUT,
+            close_fds=True,
+        )
+    except subprocess.TimeoutExpired as e:
+        raise Failure(
+            f"runsbx {' '.join(cmd.argv[1:3])} did not end within {SUBCOMMAND_TIMEOUT:.0f} s and was stopped",
+            stderr=(e.stderr or b"").decode("utf-8", errors="replace"),
+        ) from None
+    except OSError as e:
+        raise not_runnable(cmd.binary, e) from e
+    return cmd.finish(proc.returncode, proc.stdout, proc.stderr)
+
+
+def sessions(*, binary: Optional[PathArg] = None) -> List[SessionInfo]:
+    """The persistent sessions of this user (``runsbx session ls``)."""
+    return _run_subcommand(session_list(binary))
+
+
+class Session(_session.SessionCore):
+    """A persistent session: each call is a fresh sandbox (new processes,
+    network, ``/tmp``), but ``/workspace``, ``$HOME`` and whatever the
+    commands install persist from one call to the next, until the session
+    is closed. Calls into one session run one at a time (runsbx makes a
+    second wait for the first).
+
+    Creating it makes the session (``runsbx session create``); as a context
+    manager, leaving the block removes it (``runsbx session rm``) unless
+    ``keep=True``::
+
+        with runsbx.Session(disk="2G", allow_hosts=["pypi.org", "files.pythonhosted.org"]) as s:
+            s.write_file("data.csv", "a,b\n1,2\n")
+            s.run(["python3", "-c", "open('sum.txt', 'w').write('3')"], check=True)
+            print(s.read_file("sum.txt"))            # b"3"
+            print(s.list_files())                    # ["data.csv", "sum.txt"]
+
+    Args:
+        name: Its name (``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``); runsbx
+            chooses one (``s-`` and 12 hex digits) when ``None``.
+        image: The image its calls run on (default ``python``).
+        disk: How much its files may take (bytes, or ``"1G"``, runsbx's
+            default; enforced as root, see ``info.disk``).
+        memory, pids, timeout, allow_hosts, proxy_resolve,
+        proxy_allow_addresses, profile: Its calls' defaults, as for
+            :func:`runsbx.run`; a call may only tighten them.
+        binary: The runsbx binary.
+        keep: Leave the session in place on :meth:`close` (reattach with
+            :meth:`attach`).
+
+    Raises:
+        SessionExists: A session of that name exists (use :meth:`attach`).
+        ImageNotFound, BadInput, Failure: runsbx could not make it.
+    """
+
+    def __init__(
+        self,
+        name: Optional[str] = None,
+        *,
+        image: Optional[str] = None,
+        disk: Optional[Size] = None,
+        memory: Optional[Size] = None,
+        pids: Optional[int] = None,
+        timeout: Optional[float] = None,
+        allow_hosts: Optional[Strings] = None,
+        proxy_resolve: Optional[Mapping[str, str]] = None,
+        proxy_allow_addresses: Optional[Strings] = None,
+        profile: Optional[str] = None,
+        binary: Optional[PathArg] = None,
+        keep: bool = False,
+    ) -> None:
+        cmd = session_create(
+            name,
+            image=image,
+            disk=disk,
+            memory=memory,
+            pids=pids,
+            timeout=timeout,
+            allow_hosts=allow_hosts,
+            proxy_resolve=proxy_resolve,
+            proxy_allow_addresses=proxy_allow_addresses,
+            profile=profile,
+            binary=binary,
+        )
+        super().__init__(_run_subcommand(cmd), binary, keep)
+
+    @classmethod
+    def attach(cls, name: str, *, binary: Optional[PathArg] = None, keep: bool = True) -> Session:
+        """A handle on the existing session ``name``. By default
+        :meth:`close` leaves it in place (``keep=False`` removes it).
+
+        Raises:
+            SessionNotFound: There is none of that name.
+        """
+        for info in sessions(binary=binary):
+            if info.name == name:
+                session = cls.__new__(cls)
+                _session.SessionCore.__init__(session, info, binary, keep)
+                return session
+        raise SessionNotFound(f"session {name!r} does not exist (runsbx session ls lists them)")
+
+    def run(self, cmd: Command, **options: Unpack[CallOptions]) -> CallResult:
+        """Runs ``cmd`` in a fresh sandbox of the session; the arguments,
+        result and errors of :func:`runsbx.run` (``timeout`` defaults to
+        the session's)."""
+        return _run(Invocation(cmd, streaming=False, **self._call_args(options)))
+
+    def stream(self, cmd: Command, **options: Unpack[CallOptions]) -> CallStream:
+        """Starts ``cmd`` in a fresh sandbox of the session and streams its
+        output; see :func:`runsbx.stream`."""
+        return _stream(Invocation(cmd, streaming=True, **self._call_args(options)))
+
+    def run_python(self, code: str, **options: Unpack[CallOptions]) -> CallResult:
+        """Runs Python source ``code`` with the image's ``python3 -c`` (up
+        to 128 KiB of it); otherwise as :meth:`run`."""
+        return self.run(_session.python_command(code), **options)
+
+    def _op(self, op: _session.FileOp[T]) -> T:
+        return op.finish(_run(Invocation(op.cmd, streaming=False, **self._call_args(op.options))))
+
+    def write_file(self, path: Union[str, os.PathLike[str]], data: Union[bytes, str]) -> None:
+        """Writes ``data`` (a str as UTF-8) to ``path``, relative to
+        /workspace or absolute below it; makes its parent directories and
+        replaces a file that is there."""
+        self._op(_session.write_file(path, data))
+
+    def read_file(self, path: Union[str, os.PathLike[str]]) -> bytes:
+        """The content of file ``path`` below /workspace (copied out of the
+        sandbox with ``--output``, never through a symbolic link; at most
+        64 MiB).
+
+        Raises:
+            FileNotFoundError: There is none.
+            IsADirectoryError: It is a directory.
+            Refused: It is a symbolic link.
+            CallError: runsbx did not copy it (the message says why).
+        """
+        return self._op(_session.read_file(path))
+
+    def list_files(self, path: Union[str, os.PathLike[str]] = ".") -> List[str]:
+        """The names in directory ``path`` below /workspace (hidden ones
+        too), sorted.
+
+        Raises:
+            FileNotFoundError: There is no such directory.
+            NotADirectoryError: It is not a directory.
+        """
+        return self._op(_session.list_files(path))
+
+    def close(self) -> None:
+        """Removes the session (``runsbx session rm``), unless ``keep``;
+        either way this handle makes no more calls. Closing twice does
+        nothing.
+
+        Raises:
+            SessionInUse: A call is running in it (it stays; close again
+                once the call has ended).
+        """
+        if self.closed:
+            return
+        if not self.keep:
+            _run_subcommand(session_remove([self.name], self._binary))
+        self.closed = True
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()

@@ -15,6 +15,12 @@ subprocesses; the same arguments, results and errors as
 
 Cancelling a task that awaits a call stops the call (runsbx kills the
 sandbox and cleans up) before the cancellation goes on.
+
+:class:`Session` is :class:`runsbx.Session` with coroutines::
+
+    async with runsbx.aio.Session() as s:
+        await s.write_file("x.txt", "1")
+        r = await s.run_python("print(open('x.txt').read())")
 """
 
 from __future__ import annotations
@@ -23,10 +29,12 @@ import asyncio
 import os
 import signal
 from types import TracebackType
-from typing import AsyncIterator, Dict, List, Mapping, Optional, Type, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, List, Mapping, Optional, Sequence, Type, TypeVar, Union
 
+from . import _session
 from ._binary import PathArg, not_runnable
 from ._call import (
+    SUBCOMMAND_TIMEOUT,
     TERM_GRACE,
     Command,
     FileContent,
@@ -36,12 +44,23 @@ from ._call import (
     StderrTail,
     StreamProtocol,
     Strings,
+    Subcommand,
     _Pipe,
+    session_create,
+    session_list,
+    session_remove,
 )
-from .errors import RunsbxError
-from .result import CallResult, Capped, Chunk
+from .errors import Failure, RunsbxError, SessionNotFound
+from .result import CallResult, Capped, Chunk, SessionInfo
 
-__all__ = ["run", "stream", "AsyncCallStream"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._session import CallOptions
+
+__all__ = ["run", "stream", "AsyncCallStream", "Session", "sessions"]
+
+T = TypeVar("T")
 
 _READ = 64 * 1024
 
@@ -57,10 +76,13 @@ async def run(
     files: Optional[Mapping[str, FileContent]] = None,
     outputs: Optional[Strings] = None,
     allow_hosts: Optional[Strings] = None,
+    proxy_resolve: Optional[Mapping[str, str]] = None,
+    proxy_allow_addresses: Optional[Strings] = None,
     memory: Optional[Size] = None,
     pids: Optional[int] = None,
     profile: Optional[str] = None,
     max_output: Optional[Size] = None,
+    session: Optional[str] = None,
     binary: Optional[PathArg] = None,
     check: bool = False,
 ) -> CallResult:
@@ -77,13 +99,21 @@ async def run(
         files=files,
         outputs=outputs,
         allow_hosts=allow_hosts,
+        proxy_resolve=proxy_resolve,
+        proxy_allow_addresses=proxy_allow_addresses,
         memory=memory,
         pids=pids,
         profile=profile,
         max_output=max_output,
+        session=session,
         binary=binary,
         check=check,
     )
+    return await _run(inv)
+
+
+async def _run(inv: Invocation) -> CallResult:
+    """Runs a prepared call to its end."""
     try:
         proc = await _start(inv)
         assert proc.stdout is not None and proc.stderr is not None
@@ -125,10 +155,13 @@ def stream(
     files: Optional[Mapping[str, FileContent]] = None,
     outputs: Optional[Strings] = None,
     allow_hosts: Optional[Strings] = None,
+    proxy_resolve: Optional[Mapping[str, str]] = None,
+    proxy_allow_addresses: Optional[Strings] = None,
     memory: Optional[Size] = None,
     pids: Optional[int] = None,
     profile: Optional[str] = None,
     max_output: Optional[Size] = None,
+    session: Optional[str] = None,
     binary: Optional[PathArg] = None,
     check: bool = False,
 ) -> AsyncCallStream:
@@ -153,10 +186,13 @@ def stream(
         files=files,
         outputs=outputs,
         allow_hosts=allow_hosts,
+        proxy_resolve=proxy_resolve,
+        proxy_allow_addresses=proxy_allow_addresses,
         memory=memory,
         pids=pids,
         profile=profile,
         max_output=max_output,
+        session=session,
         binary=binary,
         check=check,
     )
@@ -196,7 +232,7 @@ async def _stop(proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
 
-async def _cancel(tasks: List[asyncio.Future[object]]) -> None:
+async def _cancel(tasks: Sequence[asyncio.Future[Any]]) -> None:
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -447,3 +483,158 @@ class AsyncCallStream(AsyncIterator[Chunk]):
                 self._protocol.line(line)
             except RunsbxError:
                 pass
+
+
+# -- sessions ------------------------------------------------------------------
+
+
+async def _run_subcommand(cmd: Subcommand[T]) -> T:
+    """Runs a ``runsbx session`` command to its end; cancelled, it stops
+    runsbx first (SIGTERM: runsbx undoes what it began)."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *cmd.argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            close_fds=True,
+        )
+    except OSError as e:
+        raise not_runnable(cmd.binary, e) from e
+    communicate = asyncio.ensure_future(proc.communicate())
+    try:
+        out, err = await asyncio.wait_for(asyncio.shield(communicate), SUBCOMMAND_TIMEOUT)
+    except asyncio.TimeoutError:
+        await asyncio.shield(_stop(proc))
+        await _cancel([communicate])
+        raise Failure(
+            f"runsbx {' '.join(cmd.argv[1:3])} did not end within {SUBCOMMAND_TIMEOUT:.0f} s and was stopped"
+        ) from None
+    except BaseException:
+        await asyncio.shield(_stop(proc))
+        await _cancel([communicate])
+        raise
+    assert proc.returncode is not None
+    return cmd.finish(proc.returncode, out, err)
+
+
+async def sessions(*, binary: Optional[PathArg] = None) -> List[SessionInfo]:
+    """The persistent sessions of this user; see :func:`runsbx.sessions`."""
+    return await _run_subcommand(session_list(binary))
+
+
+class Session(_session.SessionCore):
+    """:class:`runsbx.Session` for asyncio: the same arguments and methods,
+    as coroutines. The session is made by ``async with`` (or ``await
+    session.create()``); leaving the block removes it unless ``keep``::
+
+        async with runsbx.aio.Session(image="python") as s:
+            await s.run(["pip", "install", "--user", "rich"])
+            r = await s.run_python("import rich; print(rich.__name__)")
+    """
+
+    def __init__(
+        self,
+        name: Optional[str] = None,
+        *,
+        image: Optional[str] = None,
+        disk: Optional[Size] = None,
+        memory: Optional[Size] = None,
+        pids: Optional[int] = None,
+        timeout: Optional[float] = None,
+        allow_hosts: Optional[Strings] = None,
+        proxy_resolve: Optional[Mapping[str, str]] = None,
+        proxy_allow_addresses: Optional[Strings] = None,
+        profile: Optional[str] = None,
+        binary: Optional[PathArg] = None,
+        keep: bool = False,
+    ) -> None:
+        super().__init__(None, binary, keep)
+        # Checked now, run at create().
+        self._create: Optional[Subcommand[SessionInfo]] = session_create(
+            name,
+            image=image,
+            disk=disk,
+            memory=memory,
+            pids=pids,
+            timeout=timeout,
+            allow_hosts=allow_hosts,
+            proxy_resolve=proxy_resolve,
+            proxy_allow_addresses=proxy_allow_addresses,
+            profile=profile,
+            binary=binary,
+        )
+
+    async def create(self) -> Session:
+        """Makes the session (done by ``async with``; once).
+
+        Raises:
+            SessionExists: A session of that name exists (use
+                :meth:`attach`).
+            ImageNotFound, BadInput, Failure: runsbx could not make it.
+        """
+        if self._create is not None:
+            self._info = await _run_subcommand(self._create)
+            self._create = None
+        return self
+
+    @classmethod
+    async def attach(cls, name: str, *, binary: Optional[PathArg] = None, keep: bool = True) -> Session:
+        """A handle on the existing session ``name``; see
+        :meth:`runsbx.Session.attach`."""
+        for info in await sessions(binary=binary):
+            if info.name == name:
+                session = cls.__new__(cls)
+                _session.SessionCore.__init__(session, info, binary, keep)
+                session._create = None
+                return session
+        raise SessionNotFound(f"session {name!r} does not exist (runsbx session ls lists them)")
+
+    async def run(self, cmd: Command, **options: Unpack[CallOptions]) -> CallResult:
+        """Runs ``cmd`` in a fresh sandbox of the session; see
+        :meth:`runsbx.Session.run`."""
+        return await _run(Invocation(cmd, streaming=False, **self._call_args(options)))
+
+    def stream(self, cmd: Command, **options: Unpack[CallOptions]) -> AsyncCallStream:
+        """A call into the session whose output is read as it arrives; see
+        :func:`stream`."""
+        return AsyncCallStream(Invocation(cmd, streaming=True, **self._call_args(options)))
+
+    async def run_python(self, code: str, **options: Unpack[CallOptions]) -> CallResult:
+        """Runs Python source ``code``; see :meth:`runsbx.Session.run_python`."""
+        return await self.run(_session.python_command(code), **options)
+
+    async def _op(self, op: _session.FileOp[T]) -> T:
+        return op.finish(await _run(Invocation(op.cmd, streaming=False, **self._call_args(op.options))))
+
+    async def write_file(self, path: Union[str, os.PathLike[str]], data: Union[bytes, str]) -> None:
+        """See :meth:`runsbx.Session.write_file`."""
+        await self._op(_session.write_file(path, data))
+
+    async def read_file(self, path: Union[str, os.PathLike[str]]) -> bytes:
+        """See :meth:`runsbx.Session.read_file`."""
+        return await self._op(_session.read_file(path))
+
+    async def list_files(self, path: Union[str, os.PathLike[str]] = ".") -> List[str]:
+        """See :meth:`runsbx.Session.list_files`."""
+        return await self._op(_session.list_files(path))
+
+    async def close(self) -> None:
+        """Removes the session unless ``keep``; see
+        :meth:`runsbx.Session.close`."""
+        if self.closed:
+            return
+        if self._info is not None and not self.keep:
+            await _run_subcommand(session_remove([self.name], self._binary))
+        self.closed = True
+
+    async def __aenter__(self) -> Session:
+        return await self.create()
+
+    async def __aexit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        await asyncio.shield(self.close())

@@ -9,7 +9,8 @@ Every exception is a :class:`RunsbxError`. What raises and what returns:
   (unless ``check=True``: then :class:`TimedOut`).
 - A call that could not run its command (``"status": "error"`` in the
   result, runsbx's exit codes 123, 125, 126 and 127) raises a
-  :class:`CallError` subclass chosen by the result's ``error.kind``.
+  :class:`CallError` subclass chosen by the result's ``error.kind``; a
+  ``runsbx session`` command that fails raises one chosen by its exit code.
 - No runsbx binary: :class:`BinaryNotFound`; output from runsbx this client
   cannot read: :class:`ProtocolError`.
 
@@ -18,15 +19,21 @@ Every exception is a :class:`RunsbxError`. What raises and what returns:
     RunsbxError
     ├── BinaryNotFound
     ├── ProtocolError
-    ├── CallError                 the call did not run its command
-    │   ├── BadInput              error.kind "bad_input" (exit 125)
-    │   │   └── ImageNotFound     (also a NotFound)
+    ├── CallError                 the call did not run its command (or a
+    │   │                         session command failed)
+    │   ├── BadInput              error.kind "bad_input" (exit 125; session: 3)
+    │   │   ├── ImageNotFound     (also a NotFound)
+    │   │   └── SessionNotFound   (also a NotFound; session rm: exit 4)
     │   ├── Refused               error.kind "refused" (exit 125)
-    │   ├── NotFound              an image or a command is missing
+    │   ├── NotFound              an image, a session or a command is missing
     │   │   ├── ImageNotFound
+    │   │   ├── SessionNotFound
     │   │   └── CommandNotFound   error.kind "not_found" (exit 127)
     │   ├── NotExecutable         error.kind "not_executable" (exit 126)
-    │   └── Failure               error.kind "failure" (exit 123)
+    │   ├── Conflict              a session command's exit 5
+    │   │   ├── SessionExists     session create: the name is taken
+    │   │   └── SessionInUse      session rm: a running call uses it
+    │   └── Failure               error.kind "failure" (exit 123; session: 1)
     ├── TimedOut                  check=True and the deadline passed
     └── NonZeroExit               check=True and the command did not exit 0
 """
@@ -48,8 +55,12 @@ __all__ = [
     "Refused",
     "NotFound",
     "ImageNotFound",
+    "SessionNotFound",
     "CommandNotFound",
     "NotExecutable",
+    "Conflict",
+    "SessionExists",
+    "SessionInUse",
     "Failure",
     "TimedOut",
     "NonZeroExit",
@@ -105,7 +116,8 @@ class ProtocolError(RunsbxError):
 class CallError(RunsbxError):
     """The call did not run its command to an end: it was refused or failed
     before (or while) the sandbox was made. ``result.status`` is
-    ``"error"`` when runsbx printed a result."""
+    ``"error"`` when runsbx printed a result. A ``runsbx session`` command
+    that fails raises a subclass too (``result`` is then ``None``)."""
 
 
 class BadInput(CallError):
@@ -130,6 +142,12 @@ class ImageNotFound(BadInput, NotFound):
     too."""
 
 
+class SessionNotFound(BadInput, NotFound):
+    """No session of that name (``runsbx.sessions()`` lists them): a call
+    into it (runsbx reports ``bad_input``, exit 125, so this is a
+    :class:`BadInput` too) or ``runsbx session rm`` of it (exit 4)."""
+
+
 class CommandNotFound(NotFound):
     """The command is not in the image (searched in the image's ``PATH``).
     ``error.kind`` ``"not_found"``, exit 127."""
@@ -138,6 +156,21 @@ class CommandNotFound(NotFound):
 class NotExecutable(CallError):
     """The command exists in the image but is not executable.
     ``error.kind`` ``"not_executable"``, exit 126."""
+
+
+class Conflict(CallError):
+    """The request conflicts with the state of a session (``runsbx
+    session``'s exit code 5)."""
+
+
+class SessionExists(Conflict):
+    """``runsbx session create``: a session of that name exists already
+    (attach to it with ``Session.attach(name)``)."""
+
+
+class SessionInUse(Conflict):
+    """``runsbx session rm``: a running call uses the session; remove it
+    once the call has ended."""
 
 
 class Failure(CallError):
@@ -180,8 +213,10 @@ _BY_EXIT: Dict[int, Type[CallError]] = {
     127: CommandNotFound,
 }
 
-# A missing image is reported as bad_input: `image `NAME` not found (...)`.
+# A missing image is reported as bad_input: `image `NAME` not found (...)`,
+# a missing session as `session "NAME" does not exist ...`.
 _IMAGE_NOT_FOUND = re.compile(r"^image `[^`]*` not found")
+_SESSION_NOT_FOUND = re.compile(r"^session [`\"][^`\"]*[`\"] does not exist")
 
 
 def error_class(kind: Optional[str], message: str, returncode: Optional[int]) -> Type[CallError]:
@@ -194,4 +229,6 @@ def error_class(kind: Optional[str], message: str, returncode: Optional[int]) ->
         cls = CallError
     if cls is BadInput and _IMAGE_NOT_FOUND.match(message):
         cls = ImageNotFound
+    elif cls is BadInput and _SESSION_NOT_FOUND.match(message):
+        cls = SessionNotFound
     return cls

@@ -31,10 +31,16 @@ __all__ = [
     "ErrorInfo",
     "Chunk",
     "Capped",
+    "Disk",
+    "CallSession",
+    "SessionInfo",
+    "SESSION_SCHEMA",
 ]
 
 #: The schema this client reads (``"schema"`` of the result).
 SCHEMA = "runsbx.call/v1"
+#: The schema of a session object (``runsbx session create|ls --json``).
+SESSION_SCHEMA = "runsbx.session/v1"
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,66 @@ class ErrorInfo:
 
 
 @dataclass(frozen=True)
+class Disk:
+    """A session's disk: the size its files may take.
+
+    Attributes:
+        limit_bytes: The limit (``None`` if runsbx did not say).
+        enforced: Whether runsbx enforces it; ``None`` if it did not say.
+        reason: Why it is not enforced (e.g. rootless), when it is not.
+    """
+
+    limit_bytes: Optional[int]
+    enforced: Optional[bool]
+    reason: Optional[str]
+
+
+@dataclass(frozen=True)
+class CallSession:
+    """The session a call ran in (``"session"`` of a result)."""
+
+    name: str
+    disk: Disk
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A persistent session, schema ``runsbx.session/v1`` (``runsbx session
+    create --json`` and ``runsbx session ls --json``).
+
+    Attributes:
+        name: Its name (``s-`` and 12 hex digits when runsbx chose it).
+        image: The image its calls run on.
+        created: When it was made (RFC 3339, UTC).
+        disk: The size its files may take.
+        memory_bytes, pids, timeout_ms: Its calls' defaults (a call may
+            only lower them); ``None`` where the profile's apply.
+        allow_hosts: The hosts its calls may reach (a call may only
+            narrow them).
+        proxy_resolve, proxy_allow_addresses: Its egress proxy's resolver
+            overrides and exempt destinations.
+        profile: The profile its calls run under (``None``: the default).
+        in_use: Whether a call is running in it.
+        raw: The object as runsbx printed it.
+    """
+
+    schema: str
+    name: str
+    image: Optional[str]
+    created: Optional[str]
+    disk: Disk
+    memory_bytes: Optional[int]
+    pids: Optional[int]
+    timeout_ms: Optional[int]
+    allow_hosts: Tuple[str, ...]
+    proxy_resolve: Mapping[str, str]
+    proxy_allow_addresses: Tuple[str, ...]
+    profile: Optional[str]
+    in_use: bool
+    raw: Mapping[str, Any] = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
 class CallResult:
     """The result of one call, schema ``runsbx.call/v1`` (see runsbx's
     README, "Tool calls").
@@ -211,6 +277,7 @@ class CallResult:
         attestation: The isolation layers in force; ``None`` when the
             sandbox was not made.
         error: Why the command did not run; ``None`` when it did.
+        session: The session it ran in; ``None`` for a call of its own.
         raw: The result as runsbx printed it (parsed JSON), including any
             field this client does not know.
     """
@@ -231,6 +298,7 @@ class CallResult:
     egress: Optional[Egress]
     attestation: Optional[Tuple[Layer, ...]]
     error: Optional[ErrorInfo]
+    session: Optional[CallSession]
     raw: Mapping[str, Any] = field(repr=False, compare=False)
 
     @property
@@ -554,6 +622,59 @@ def parse_result(obj: Any, output_dir: Optional[str] = None) -> CallResult:
         error=None
         if error is None
         else ErrorInfo(kind=_str(error, "kind"), message=_str(error, "message")),
+        session=_parse_call_session(_obj(obj, "session")),
+        raw=obj,
+    )
+
+
+def _parse_disk(obj: Optional[Mapping[str, Any]]) -> Disk:
+    obj = obj or {}
+    return Disk(
+        limit_bytes=_opt_int(obj, "limit_bytes"),
+        enforced=_opt_bool(obj, "enforced"),
+        reason=_opt_str(obj, "reason"),
+    )
+
+
+def _parse_call_session(obj: Optional[Mapping[str, Any]]) -> Optional[CallSession]:
+    if obj is None:
+        return None
+    return CallSession(name=_str(obj, "name"), disk=_parse_disk(_obj(obj, "disk")))
+
+
+def parse_session(obj: Any) -> SessionInfo:
+    """A :class:`SessionInfo` from a ``runsbx.session/v1`` object (parsed).
+
+    Raises:
+        ProtocolError: ``obj`` is not one.
+    """
+    if not isinstance(obj, dict):
+        raise ProtocolError(f"runsbx printed a session that is not a JSON object: {obj!r:.200}")
+    schema = _str(obj, "schema")
+    if schema != SESSION_SCHEMA and not schema.startswith(SESSION_SCHEMA + "."):
+        raise ProtocolError(
+            f"runsbx printed a session of schema {schema!r}; this client reads {SESSION_SCHEMA!r}"
+        )
+    name = _str(obj, "name")
+    if not name:
+        raise _bad("a session's name", obj.get("name"))
+    hosts = _list(obj, "allow_hosts") or []
+    resolve = _obj(obj, "proxy_resolve") or {}
+    exempt = _list(obj, "proxy_allow_addresses") or []
+    return SessionInfo(
+        schema=schema,
+        name=name,
+        image=_opt_str(obj, "image"),
+        created=_opt_str(obj, "created"),
+        disk=_parse_disk(_obj(obj, "disk")),
+        memory_bytes=_opt_int(obj, "memory_bytes"),
+        pids=_opt_int(obj, "pids"),
+        timeout_ms=_opt_int(obj, "timeout_ms"),
+        allow_hosts=tuple(str(h) for h in hosts),
+        proxy_resolve={str(k): str(v) for k, v in resolve.items()},
+        proxy_allow_addresses=tuple(str(a) for a in exempt),
+        profile=_opt_str(obj, "profile"),
+        in_use=_bool(obj, "in_use"),
         raw=obj,
     )
 
