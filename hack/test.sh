@@ -3,7 +3,8 @@
 # tests (crates/runsbx/tests/) that drive the built runsbx as root and as an
 # unprivileged user this script creates (runsbx-test), and the engine tests
 # (crates/runsbx/tests/engines/: podman, ctr, CRI, docker). What they share
-# is crates/runsbx-testkit.
+# is crates/runsbx-testkit. Then the Python client's tests, the examples'
+# and the MCP server's, as root and as that user.
 #
 #   sudo hack/test.sh
 #
@@ -50,6 +51,16 @@ for who in root "$RUNSBX_TEST_USER"; do
     pytest_as "$who" 2>&1 | tee -a "$pylog"
     [ "${PIPESTATUS[0]}" = 0 ] || pystatus=1
 done
+# The examples (examples/) and the MCP server (`runsbx mcp` through the
+# MCP Python SDK), each as root and as the test user; each script ends
+# with its own closing line.
+extra=$(mktemp)
+trap 'rm -rf /tmp/runsbx-tests "$log" "$pylog" "$pycopy" "$extra"' EXIT
+extrastatus=0
+for script in hack/examples-test.sh hack/mcp-test.sh; do
+    RUNSBX_BIN=target/release/runsbx "$script" 2>&1 | tee -a "$extra"
+    [ "${PIPESTATUS[0]}" = 0 ] || extrastatus=1
+done
 set -e
 # One closing line for the whole run: the sum of every test binary's, and
 # one for the Python suite's two runs.
@@ -58,4 +69,5 @@ awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $
 # pytest's summary lines: "== 49 passed, 1 skipped in 17.2s ==".
 awk '/^=+ .* in [0-9.]+s/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed,?$/) p += $(i-1); if ($i ~ /^(failed|errors?),?$/) f += $(i-1) } }
      END { printf "python client tests: %d passed, %d failed\n", p, f }' "$pylog"
-[ "$status" = 0 ] && [ "$pystatus" = 0 ]
+grep -E '^(example|mcp) tests: ' "$extra" || true
+[ "$status" = 0 ] && [ "$pystatus" = 0 ] && [ "$extrastatus" = 0 ]
