@@ -7,10 +7,8 @@
 //! `/etc/shadow`, to `../../`, a fifo), runsbx reads only regular files
 //! that are really inside it.
 
-use std::ffi::CString;
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
@@ -213,7 +211,7 @@ impl Drop for Workspace {
 mod confined {
     use std::fs;
     use std::io;
-    use std::os::fd::{AsFd, AsRawFd};
+    use std::os::fd::AsFd;
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     use std::path::{Component, Path};
 
@@ -301,20 +299,7 @@ mod confined {
             return Ok(());
         };
         let handle = root.resolve_nofollow(path).map_err(other)?;
-        // SAFETY: an fd we own (O_PATH) and an empty C string.
-        let rc = unsafe {
-            libc::fchownat(
-                handle.as_fd().as_raw_fd(),
-                c"".as_ptr(),
-                uid,
-                gid,
-                libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-            )
-        };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
+        crate::sys::beneath::chown(handle.as_fd(), uid, gid)
     }
 
     fn other(e: pathrs::error::Error) -> io::Error {
@@ -530,34 +515,10 @@ fn copy_out(workspace: &Path, rel: &Path, out_dir: &Path, max_bytes: u64) -> Out
     out
 }
 
-/// openat2(dir, rel, O_RDONLY | O_NOFOLLOW, RESOLVE_BENEATH |
-/// RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV).
+/// `rel` beneath the workspace, read-only, never through a link.
 fn open_beneath(dir: &File, rel: &Path) -> io::Result<File> {
-    let path = CString::new(rel.as_os_str().as_bytes())
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: open_how is a plain C struct; all-zero is its valid default.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK) as u64;
-    how.resolve = libc::RESOLVE_BENEATH
-        | libc::RESOLVE_NO_SYMLINKS
-        | libc::RESOLVE_NO_MAGICLINKS
-        | libc::RESOLVE_NO_XDEV;
-    // SAFETY: valid dirfd, NUL-terminated path, and a correctly sized
-    // open_how; the kernel returns a new fd or -1.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            path.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just gave us this fd.
-    Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd as i32) }))
+    use std::os::fd::AsFd;
+    crate::sys::beneath::open(dir.as_fd(), rel, libc::O_RDONLY | libc::O_NONBLOCK).map(File::from)
 }
 
 #[cfg(test)]

@@ -434,7 +434,7 @@ fn unpack(
             ))
         }
     };
-    chown_handle(handle.as_fd(), uid, gid)?;
+    crate::sys::beneath::chown(handle.as_fd(), uid, gid)?;
     // After the owner (chown clears set-id bits), and on an existing
     // directory (the top one) too.
     if header.entry_type() != tar::EntryType::Symlink {
@@ -444,22 +444,4 @@ fn unpack(
             .set_permissions(mode)?;
     }
     Ok(())
-}
-
-fn chown_handle(fd: std::os::fd::BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
-    // SAFETY: a live fd (O_PATH) and an empty C string.
-    let rc = unsafe {
-        libc::fchownat(
-            fd.as_raw_fd(),
-            c"".as_ptr(),
-            uid,
-            gid,
-            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }

@@ -12,10 +12,8 @@
 //! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`) and mounted by its fd: a link
 //! planted in the session's directory is refused, never followed.
 
-use std::ffi::CString;
 use std::fs::{self, File};
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -25,7 +23,7 @@ use nix::mount::{umount2, MntFlags};
 use super::{Session, DISK, FS_DIR, UPPER, WORK, WORKSPACE};
 use crate::error::{Result, RuntimeError};
 use crate::sandbox::workspace::Workspace;
-use crate::sys::{loopdev, newmount, privilege};
+use crate::sys::{beneath, loopdev, newmount, privilege};
 
 /// How long a call waits for the disk of a call that ended to be let go
 /// (its sandbox's mount namespace dies just after it).
@@ -197,29 +195,5 @@ fn make_dir(path: &Path) -> Result<()> {
 /// The directory `rel` beneath `dir`, reached without a symlink, a magic
 /// link or another mount on the way.
 fn open_beneath(dir: &OwnedFd, rel: &Path) -> std::io::Result<OwnedFd> {
-    let path = CString::new(rel.as_os_str().as_bytes())
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-    // SAFETY: open_how is a plain C struct; all-zero is its valid default.
-    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_BENEATH
-        | libc::RESOLVE_NO_SYMLINKS
-        | libc::RESOLVE_NO_MAGICLINKS
-        | libc::RESOLVE_NO_XDEV;
-    // SAFETY: a live dirfd, a NUL-terminated path and a correctly sized
-    // open_how; the kernel returns a new fd or -1.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            path.as_ptr(),
-            &how as *const libc::open_how,
-            std::mem::size_of::<libc::open_how>(),
-        )
-    };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the kernel just gave us this fd.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    beneath::open(dir.as_fd(), rel, libc::O_RDONLY | libc::O_DIRECTORY)
 }

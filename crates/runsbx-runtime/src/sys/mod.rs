@@ -3,6 +3,7 @@
 //! staged rootfs and an engine's overlay rebuilt over idmapped layers, processes, signals, and what this process
 //! may do on this host.
 
+pub mod beneath;
 pub mod cgroupless;
 pub mod copyup;
 pub mod fork;
