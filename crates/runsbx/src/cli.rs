@@ -67,6 +67,8 @@ pub enum Command {
         #[command(subcommand)]
         cmd: crate::session_cmd::SessionCmd,
     },
+    /// Serve the sandbox to an MCP client over stdio (docs/mcp.md)
+    Mcp(Box<crate::mcp::Mcp>),
     #[command(flatten)]
     Standard(liboci_cli::StandardCmd),
     #[command(flatten)]

@@ -6,6 +6,7 @@ mod cli;
 mod commands;
 mod image_cmd;
 mod logging;
+mod mcp;
 mod session_cmd;
 
 use clap::Parser;
