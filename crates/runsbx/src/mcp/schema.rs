@@ -186,6 +186,7 @@ pub struct Tighten {
     /// Memory limit such as "256M"; at most the operator's.
     pub memory: Option<String>,
     /// Process limit; at most the operator's.
+    #[schemars(range(min = 1))]
     pub pids: Option<u64>,
 }
 
