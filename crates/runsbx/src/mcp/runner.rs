@@ -100,9 +100,11 @@ impl Runner {
         spec: &CallSpec,
         cancel: impl Future<Output = ()>,
     ) -> std::io::Result<Finished> {
-        let mut args: Vec<OsString> = ["call", "--json", "--session", &spec.session]
-            .map(OsString::from)
-            .to_vec();
+        let mut args: Vec<OsString> = vec![
+            "call".into(),
+            "--json".into(),
+            format!("--session={}", spec.session).into(),
+        ];
         args.extend(spec.flags.iter().cloned());
         args.push("--".into());
         args.extend(spec.command.iter().map(OsString::from));
