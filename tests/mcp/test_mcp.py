@@ -312,6 +312,7 @@ class McpTest(unittest.TestCase):
                 # Without one, the operator's deadline holds.
                 r = await self.call(s, "run_command", {"command": "sleep 30"})
                 self.assertTrue(r["timed_out"], r)
+                self.assertEqual(r["limits"]["timeout_ms"], 3000)
                 self.assertLess(r["duration_ms"], 15_000)
 
         self.run_async(go)
