@@ -162,6 +162,40 @@ for n in 2 8; do
         "$(per_second "$n" runsbx)" "$(per_second "$n" bwrap)" "$(per_second "$n" podman)"
 done
 
+# --- A session's calls against plain ones: the session's disk mounted,
+# its overlay made and its workspace bound, per call.
+"$runsbx" session rm runsbx-bench >/dev/null 2>&1 || true
+"$runsbx" session create runsbx-bench >/dev/null
+trap '"$runsbx" session rm runsbx-bench >/dev/null 2>&1; "${pm[@]}" rm -af >/dev/null 2>&1; "${pm[@]}" rmi -af >/dev/null 2>&1; rm -rf "$work"' EXIT
+echo
+echo "calls into a session against plain calls (median of $call_runs, ms)"
+for cmd in "/bin/true" "python3 -c pass"; do
+    # shellcheck disable=SC2086
+    plain=$(median_cmd_ms sandbox runsbx $cmd)
+    # shellcheck disable=SC2086
+    sess=$(median_cmd_ms "$runsbx" --root "$work/state-call" call --session runsbx-bench -- $cmd)
+    printf '  %-16s session %8s   plain %8s   session/plain = %.2f\n' "$cmd" "$sess" "$plain" \
+        "$(awk -v a="$sess" -v b="$plain" 'BEGIN{print a/b}')"
+done
+"$runsbx" session rm runsbx-bench >/dev/null
+
+# --- Peak RSS of `run` of /bin/true (GNU time's maximum resident set of
+# the runtime's process and the children it waited for; median of 20).
+peak_kb() {
+    local rt=$1 i
+    for i in $(seq 1 20); do
+        /usr/bin/time -f %M "$rt" --root "$work/state-rss-$(basename "$rt")" run --bundle "$work/bundle" "r$i" 2>&1 >/dev/null | tail -1
+    done | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'
+}
+echo
+echo "peak RSS of run /bin/true (median of 20, KB)"
+declare -A rss
+for rt in "$runsbx" "$(command -v runc)" "$(command -v crun)"; do
+    rss[$(basename "$rt")]=$(peak_kb "$rt")
+done
+printf '  runsbx %s   runc %s   crun %s   runsbx/crun = %.2f\n' "${rss[runsbx]}" "${rss[runc]}" "${rss[crun]}" \
+    "$(awk -v a="${rss[runsbx]}" -v b="${rss[crun]}" 'BEGIN{print a/b}')"
+
 # --- The egress proxy: added latency per connection and throughput, a
 # Python client inside a sandbox going through the proxy against the same
 # client on the host connecting directly, to one server on the host's
