@@ -3,14 +3,13 @@
 # catatonit is podman's `--init`; protobuf-compiler builds the CRI client of
 # the engine tests; containernetworking-plugins and docker.io are what its
 # containerd and dockerd tests drive. e2fsprogs makes a session's disk
-# (mkfs.ext4); python3-pip-whl is pip's wheel, which the session tests
-# install a package with, offline.
+# (mkfs.ext4).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends \
     build-essential pkg-config libseccomp-dev \
-    busybox-static debootstrap python3 python3-pip python3-pip-whl python3-venv python3-pytest e2fsprogs procps iproute2 tar passwd \
+    busybox-static debootstrap python3 python3-pip python3-venv python3-pytest e2fsprogs procps iproute2 tar passwd \
     podman conmon containerd runc crun \
     uidmap slirp4netns fuse-overlayfs bubblewrap catatonit \
     protobuf-compiler containernetworking-plugins docker.io

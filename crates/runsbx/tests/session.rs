@@ -10,15 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use runsbx_testkit::{self as kit, as_root_and_rootless, skip, Fixture, Out};
+use runsbx_testkit::{self as kit, as_root_and_rootless, Fixture, Out};
 use serde_json::Value;
 
 /// The runsbx under test.
 const RUNSBX: &str = env!("CARGO_BIN_EXE_runsbx");
-
-/// pip's own wheel, as Debian ships it (python3-pip-whl): pip runs from
-/// it (`python3 pip.whl/pip`), so the image needs no pip and no network.
-const PIP_WHEELS: &str = "/usr/share/python-wheels";
 
 /// A session of this test's own, removed (with a check that it is gone)
 /// when dropped.
@@ -124,30 +120,18 @@ with zipfile.ZipFile(sys.argv[1], "w") as z:
     wheel
 }
 
-fn pip_wheel() -> Option<PathBuf> {
-    fs::read_dir(PIP_WHEELS)
-        .ok()?
-        .flatten()
-        .map(|e| e.path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("pip-"))
-}
-
 fn files_and_packages_persist(fx: Fixture) {
     if !need_python(&fx) {
         return;
     }
-    let Some(pip) = pip_wheel() else {
-        skip!("no pip wheel in {PIP_WHEELS} (apt-get install python3-pip-whl)");
-    };
     let s = TestSession::create(&fx, &[]);
     let wheel = demo_wheel(&fx);
-    let pip_input = format!("{}:pip.whl", pip.display());
     let wheel_input = wheel.to_str().unwrap();
     // Call 1: pip installs the wheel (offline), and leaves a file in the
     // workspace and one in $HOME, a file in /tmp and a process behind.
     let out = s.sh(
-        &["-i", &pip_input, "-i", wheel_input],
-        "python3 pip.whl/pip install --no-index --no-cache-dir --break-system-packages \
+        &["-i", wheel_input],
+        "pip install --no-index --no-cache-dir --break-system-packages \
          runsbxdemo-1.0-py3-none-any.whl >/dev/null 2>&1 && echo installed; \
          echo kept > /workspace/note.txt; echo home > \"$HOME/.dotfile\"; \
          echo gone > /tmp/scratch; (sleep 1000 &) ; echo done",
