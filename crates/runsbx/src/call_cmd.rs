@@ -62,17 +62,8 @@ pub struct Call {
     /// Largest --output file copied out
     #[arg(long, default_value = "64M", allow_hyphen_values = true)]
     pub max_output_file: String,
-    /// Let the command reach this host through the egress proxy (repeatable):
-    /// NAME, NAME:PORT, *.SUFFIX[:PORT]; ports 80 and 443 when none is given
-    #[arg(long = "allow-host", value_name = "NAME[:PORT]")]
-    pub allow_host: Vec<String>,
-    /// Make the proxy resolve NAME to IP instead of asking DNS (repeatable)
-    #[arg(long = "proxy-resolve", value_name = "NAME=IP")]
-    pub proxy_resolve: Vec<String>,
-    /// Exempt this destination from the proxy's refusal of loopback, private
-    /// and link-local addresses (repeatable; for a service you run on purpose)
-    #[arg(long = "proxy-allow-address", value_name = "IP:PORT")]
-    pub proxy_allow_address: Vec<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub egress: EgressArgs,
     /// Print one JSON result (schema runsbx.call/v1) instead of the output
     #[arg(long)]
     pub json: bool,
@@ -195,11 +186,7 @@ fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest> {
         output_dir: args.output_dir,
         max_output: usize::try_from(max_output)?,
         max_output_file,
-        egress: egress(
-            args.allow_host,
-            &args.proxy_resolve,
-            args.proxy_allow_address,
-        )?,
+        egress: args.egress.plan()?,
         command: args.command,
         live: match (args.json, args.stream) {
             (_, true) => LiveOutput::Stream,
@@ -229,8 +216,35 @@ fn parse_env(arg: &str) -> Result<(String, String)> {
     }
 }
 
-/// Egress is on when any host is allowed; the overrides alone open nothing.
-pub(crate) fn egress(
+/// The egress flags of `call` and `session create`.
+#[derive(Args, Debug, Clone)]
+pub struct EgressArgs {
+    /// Let the command reach this host through the egress proxy (repeatable):
+    /// NAME, NAME:PORT, *.SUFFIX[:PORT]; ports 80 and 443 when none is given
+    #[arg(long = "allow-host", value_name = "NAME[:PORT]")]
+    pub allow_host: Vec<String>,
+    /// Make the proxy resolve NAME to IP instead of asking DNS (repeatable)
+    #[arg(long = "proxy-resolve", value_name = "NAME=IP")]
+    pub proxy_resolve: Vec<String>,
+    /// Exempt this destination from the proxy's refusal of loopback, private
+    /// and link-local addresses (repeatable; for a service you run on purpose)
+    #[arg(long = "proxy-allow-address", value_name = "IP:PORT")]
+    pub proxy_allow_address: Vec<std::net::SocketAddr>,
+}
+
+impl EgressArgs {
+    /// Egress is on when any host is allowed; the overrides alone open
+    /// nothing.
+    pub fn plan(&self) -> Result<Option<runsbx_policy::EgressPlan>> {
+        egress(
+            self.allow_host.clone(),
+            &self.proxy_resolve,
+            self.proxy_allow_address.clone(),
+        )
+    }
+}
+
+fn egress(
     allow: Vec<String>,
     resolve: &[String],
     allow_addresses: Vec<std::net::SocketAddr>,

@@ -66,15 +66,9 @@ pub struct Create {
     /// Deadline of each call
     #[arg(long, default_value = "30s", allow_hyphen_values = true)]
     pub timeout: String,
-    /// A host its calls may reach through the egress proxy (repeatable)
-    #[arg(long = "allow-host", value_name = "NAME[:PORT]")]
-    pub allow_host: Vec<String>,
-    /// Make the proxy resolve NAME to IP instead of asking DNS (repeatable)
-    #[arg(long = "proxy-resolve", value_name = "NAME=IP")]
-    pub proxy_resolve: Vec<String>,
-    /// Exempt this destination from the proxy's refusal of private addresses
-    #[arg(long = "proxy-allow-address", value_name = "IP:PORT")]
-    pub proxy_allow_address: Vec<std::net::SocketAddr>,
+    // Its calls' egress (each call may name a subset of it).
+    #[command(flatten)]
+    pub egress: crate::call_cmd::EgressArgs,
     /// A profile the operator config makes selectable
     #[arg(long)]
     pub profile: Option<String>,
@@ -157,11 +151,7 @@ fn new_session(c: &Create, config: Option<PathBuf>) -> Result<NewSession> {
         memory: c.memory.as_deref().map(|m| size("memory", m)).transpose()?,
         pids: c.pids,
         timeout: crate::call_cmd::parse_duration(&c.timeout)?,
-        egress: crate::call_cmd::egress(
-            c.allow_host.clone(),
-            &c.proxy_resolve,
-            c.proxy_allow_address.clone(),
-        )?,
+        egress: c.egress.plan()?,
         profile: c.profile.clone(),
         data_dir: c.store.data_dir.clone(),
         config,
