@@ -147,7 +147,7 @@ pub fn run(root: &StateRoot, args: Call, config: Option<PathBuf>) -> Result<i32>
     Ok(result.exit_code())
 }
 
-fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest> {
+pub(crate) fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest> {
     let size = |flag: &str, text: &str| -> Result<u64> {
         runsbx_policy::profile::parse_size(text)
             .map_err(|e| anyhow::anyhow!("--{flag} {text:?}: {e}"))

@@ -69,6 +69,10 @@ pub enum Command {
     },
     /// Serve the sandbox to an MCP client over stdio (docs/mcp.md)
     Mcp(Box<crate::mcp::Mcp>),
+    Serve(Box<crate::serve::Serve>),
+    /// One warm sandbox of `runsbx serve`'s pool (internal)
+    #[command(hide = true)]
+    PoolWorker(Box<crate::call_cmd::Call>),
     #[command(flatten)]
     Standard(liboci_cli::StandardCmd),
     #[command(flatten)]

@@ -31,6 +31,12 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         }
         Command::Image { cmd } => return crate::image_cmd::run(cmd),
         Command::Session { cmd } => return crate::session_cmd::run(cmd, cli.global.config.clone()),
+        Command::Serve(a) => {
+            return crate::serve::run(*a, cli.global.root.clone(), cli.global.config.clone())
+        }
+        Command::PoolWorker(a) => {
+            return crate::serve::worker(&root()?, *a, cli.global.config.clone())
+        }
         Command::Mcp(a) => {
             return crate::mcp::run(*a, cli.global.root.clone(), cli.global.config.clone())
         }

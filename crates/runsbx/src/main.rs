@@ -7,6 +7,7 @@ mod commands;
 mod image_cmd;
 mod logging;
 mod mcp;
+mod serve;
 mod session_cmd;
 
 use clap::Parser;

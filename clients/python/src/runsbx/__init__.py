@@ -22,7 +22,13 @@ installed persist::
         s.run(["python3", "-c", "open('n.txt', 'w').write('1')"])
         assert s.read_file("n.txt") == b"1"
 
-:mod:`runsbx.aio` has the same with asyncio. The binary is ``binary=``, or
+:class:`Pool` keeps sandboxes ready (``runsbx serve``), so that a call
+costs milliseconds; each sandbox still runs one call only::
+
+    with runsbx.Pool(size=2) as pool:
+        r = pool.run(["python3", "-c", "print(6*7)"])
+
+:mod:`runsbx.aio` has the same with asyncio (but ``Pool``). The binary is ``binary=``, or
 the environment variable ``RUNSBX_BIN``, or ``runsbx`` on ``PATH``.
 """
 
@@ -31,6 +37,7 @@ from __future__ import annotations
 from . import aio
 from ._binary import ENV_VAR, find_binary
 from ._call import PIPE
+from ._pool import Pool
 from ._session import CallOptions
 from ._sync import CallStream, Session, run, sessions, stream
 from .errors import (
@@ -78,6 +85,7 @@ __all__ = [
     "stream",
     "Session",
     "sessions",
+    "Pool",
     "aio",
     "PIPE",
     "CallStream",

@@ -26,9 +26,10 @@ mod result;
 mod sweep;
 mod tighten;
 mod wait;
+mod warm;
 
 use std::fs::{self, File};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -41,11 +42,12 @@ pub use result::{
     CallError, CallResult, EgressReport, Limits, SessionReport, Status, Tails, SCHEMA,
 };
 pub use sweep::sweep;
+pub use warm::Hold;
 
 use crate::error::{Result, RuntimeError};
 use crate::ops::create::{self, Built, Stdio, Supervision};
 use crate::sandbox::workspace::{self, Workspace};
-use crate::sandbox::{network, teardown};
+use crate::sandbox::{network, stub, teardown};
 use crate::state::container;
 use crate::state::root::{IdLock, StateRoot};
 use crate::sys::signal::SignalGuard;
@@ -56,6 +58,22 @@ pub use crate::error::call_exit as exit;
 
 /// Runs the call. Errors are part of the result, never lost.
 pub fn call(root: &StateRoot, req: &CallRequest) -> (CallResult, Tails) {
+    call_with(root, req, None)
+}
+
+/// Builds a warm sandbox from `template` and runs the one request `hold`
+/// gives it that fits (see warm.rs). The result of that request goes to
+/// [`Hold::reply`]; what is returned is the error of a sandbox that was
+/// never handed out, or of a request that failed after it was.
+pub fn warm(root: &StateRoot, template: &CallRequest, hold: &mut dyn Hold) -> (CallResult, Tails) {
+    call_with(root, template, Some(hold))
+}
+
+fn call_with(
+    root: &StateRoot,
+    req: &CallRequest,
+    hold: Option<&mut dyn Hold>,
+) -> (CallResult, Tails) {
     let started = Instant::now();
     let id = new_id();
     let mut result = CallResult::new(&id, req);
@@ -63,14 +81,16 @@ pub fn call(root: &StateRoot, req: &CallRequest) -> (CallResult, Tails) {
         stdout: Vec::new(),
         stderr: Vec::new(),
     };
-    if let Err(e) = run(root, req, &id, &mut result, &mut tails) {
+    if let Err(e) = run(root, req, &id, &mut result, &mut tails, hold) {
         result.status = Status::Error;
         result.error = Some(CallError {
             kind: e.kind(),
             message: format!("{:#}", ErrorChain(&e)),
         });
     }
-    result.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+    if result.duration_ms == 0.0 {
+        result.duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+    }
     (result, tails)
 }
 
@@ -81,6 +101,7 @@ fn run(
     id: &str,
     result: &mut CallResult,
     tails: &mut Tails,
+    mut hold: Option<&mut dyn Hold>,
 ) -> Result<()> {
     // Abandoned calls are swept before the re-exec: an unprivileged caller
     // may see the fds of a dead call's processes only from the user
@@ -92,7 +113,7 @@ fn run(
     // it may mount (see sys/cgroupless.rs). Nothing has been made yet.
     userns::reexec_in_own_userns()?;
     let CallPlan {
-        image: _image,
+        image,
         mut sandbox,
         workspace_size,
         req,
@@ -135,7 +156,28 @@ fn run(
     for input in &req.inputs {
         ws.copy_in(input)?;
     }
+    // A warm sandbox: its init is a stub, its requests are held to the
+    // template's (the image and policy it was built from).
+    let template = match hold {
+        Some(_) => {
+            let pair = stub::Pair::new()?;
+            sandbox.stub = Some((pair.stub, pair.stub_end));
+            let image_env = image.as_ref().map(|i| i.config.env.clone());
+            let made = (sandbox.rootfs.clone(), image_env, sandbox.policy.clone());
+            Some((pair.link, made))
+        }
+        None => None,
+    };
     let (mut sandbox, streams) = Sandbox::create(root, id, &dir.0, &ws, &lock, sandbox, range)?;
+    let (fitter, mut link) = match template {
+        Some((link, (rootfs, env, policy))) => {
+            let range = sandbox.built.id_range;
+            let env = env.unwrap_or_default();
+            let fitter = warm::Fitter::new(req, rootfs, env, policy, range, &ws)?;
+            (Some(fitter), Some(link))
+        }
+        None => (None, None),
+    };
     result.record_limits(&sandbox.built.spec);
     // The container's init was cloned during create and keeps its own,
     // empty, signal mask; runsbx takes its signals from a signalfd now.
@@ -148,14 +190,25 @@ fn run(
     let init = container::init_pid(&sandbox.built.container)?;
     let proxy = start_proxy(sandbox.built.duties.proxy.take())?;
     result.attestation = Some(sandbox.start()?);
+    // The policy's deadline: the call's --timeout, which the profile may
+    // refuse but not lengthen.
+    let mut deadline = sandbox.built.duties.deadline.unwrap_or(req.timeout());
+    let taken;
+    let mut taken_at = Instant::now();
+    let req = match (hold.as_deref_mut(), &fitter, &mut link) {
+        (Some(hold), Some(fitter), Some(link)) => {
+            (taken, deadline) = hand_out(hold, fitter, link, &ws, &sandbox.built, result)?;
+            // The caller waited from when its request was taken.
+            taken_at = Instant::now();
+            &taken
+        }
+        _ => req,
+    };
     // A stream's chunks are timed from the command's start.
     let started = Instant::now();
     let writers = LiveWriters::spawn(req.live)?;
     let mut out = capture::Capture::new(req.max_output, writers.sink(req, false, started));
     let mut err = capture::Capture::new(req.max_output, writers.sink(req, true, started));
-    // The policy's deadline: the call's --timeout, which the profile may
-    // refuse but not lengthen.
-    let deadline = sandbox.built.duties.deadline.unwrap_or(req.timeout());
     let end = wait::until_end(init, deadline, &sfd, streams, &mut out, &mut err)?;
 
     if let (Some(proxy), Some(egress)) = (proxy, &req.egress) {
@@ -165,19 +218,84 @@ fn run(
     // The limit events are read before the cgroup goes with the container.
     (result.limits.memory_hit, result.limits.pids_hit) =
         limit_hits::limit_hits(&sandbox.built.spec);
-    sandbox.remove()?;
     result.record_streams(out, err, tails);
     // Before the result is printed, what went out live is all written.
     writers.finish();
     result.record_end(end);
+    // Every process of the sandbox is gone with its init (the kernel ends
+    // a pid namespace's processes before its init's exit is reaped): the
+    // workspace holds the outputs for good.
     if !req.outputs.is_empty() {
         result.outputs =
             workspace::collect_outputs(&ws.dir, &req.outputs, &req.output_dir, req.max_output_file);
     }
+    if let Some(hold) = hold {
+        // A pool's caller does not wait for the teardown.
+        result.duration_ms = taken_at.elapsed().as_secs_f64() * 1000.0;
+        hold.reply(result, tails);
+    }
+    sandbox.remove()?;
     ws.unmount()?;
     drop(lock);
     drop(watchdog);
     Ok(())
+}
+
+/// Hands the warm sandbox out: the first request that fits it gets its
+/// files and stdin, and its stub execs the command. The result reports
+/// that request, its deadline (returned) and the attestation a cold call
+/// of it would have had.
+fn hand_out(
+    hold: &mut dyn Hold,
+    fitter: &warm::Fitter,
+    link: &mut stub::Link,
+    ws: &Workspace,
+    built: &create::Built,
+    result: &mut CallResult,
+) -> Result<(CallRequest, std::time::Duration)> {
+    let (req, fitted, stdin) = take(hold, fitter, ws)?;
+    result.command = req.command.clone();
+    result.limits.timeout_ms = req.timeout().as_millis() as u64;
+    // The request's own attestation, then what the start re-checked.
+    let started = result.attestation.take().unwrap_or_default();
+    let mut attestation = fitted.attestation;
+    attestation.extend(started.into_iter().skip(built.attestation.len()));
+    result.attestation = Some(attestation);
+    for input in &req.inputs {
+        ws.copy_in(input)?;
+    }
+    if !req.inputs.is_empty() {
+        ws.give_to_root_of(&built.spec)?;
+    }
+    let stdin = match stdin {
+        Some(fd) => fd,
+        None => plan::open_stdin(&req.stdin)?,
+    };
+    link.exec(&fitted.args, &fitted.env, stdin.as_fd())?;
+    let deadline = fitted.deadline.unwrap_or(req.timeout());
+    Ok((req, deadline))
+}
+
+/// The first request `hold` gives that fits the warm sandbox; those that
+/// do not are declined (the pool runs them cold).
+fn take(
+    hold: &mut dyn Hold,
+    fitter: &warm::Fitter,
+    ws: &Workspace,
+) -> Result<(CallRequest, warm::Fitted, Option<OwnedFd>)> {
+    hold.ready();
+    loop {
+        let Some((req, stdin)) = hold.next() else {
+            return Err(RuntimeError::invalid(
+                "the warm sandbox",
+                "was let go before a request came",
+            ));
+        };
+        match fitter.fit(&req, ws) {
+            Ok(fitted) => return Ok((req, fitted, stdin)),
+            Err(why) => hold.decline(why),
+        }
+    }
 }
 
 /// The call's sandbox, built; deleted (whatever is left of it killed) when
@@ -198,11 +316,12 @@ impl<'a> Sandbox<'a> {
         dir: &Path,
         ws: &Workspace,
         lock: &IdLock,
-        plan: plan::SandboxPlan,
+        mut plan: plan::SandboxPlan,
         id_range: Option<runsbx_policy::IdRange>,
     ) -> Result<(Self, [Option<OwnedFd>; 2])> {
         let (out_r, out_w) = pipe()?;
         let (err_r, err_w) = pipe()?;
+        let stub = plan.stub.take();
         let source = crate::state::bundle::Bundle {
             dir: dir.to_owned(),
             spec: plan.spec,
@@ -221,8 +340,11 @@ impl<'a> Sandbox<'a> {
             workspace: Some(ws),
             supervision: Supervision::Caller,
             id_range,
+            stub: stub.as_ref().map(|(s, _)| s.clone()),
         };
         let built = create::build_or_clean(root, id, &source, req, lock)?;
+        // The init holds its own copy of the stub's end now.
+        drop(stub);
         let sandbox = Self {
             built,
             root,

@@ -44,6 +44,9 @@ pub(crate) struct SandboxPlan {
     /// The call's options the policy tightens the profile by.
     pub overrides: Overrides,
     pub policy: Policy,
+    /// A warm call's: the stub its init waits on, and the stub's end of
+    /// the socket, held until the init is cloned (see sandbox/stub.rs).
+    pub stub: Option<(crate::sandbox::stub::Stub, OwnedFd)>,
 }
 
 impl CallPlan {
@@ -72,14 +75,7 @@ impl CallPlan {
                 "no command: give it after `--`, e.g. runsbx call -- python3 -c 'print(1)'",
             ));
         }
-        // Outputs go into a directory the caller made: runsbx creates none
-        // on the host but the outputs' own subdirectories inside it.
-        if !req.outputs.is_empty() && !req.output_dir.is_dir() {
-            return Err(RuntimeError::invalid(
-                format!("--output-dir {:?}", req.output_dir),
-                "is not an existing directory (create it first)",
-            ));
-        }
+        check_files(req)?;
         let (rootfs, image_env, image) = match (&req.rootfs, &req.image) {
             (Some(_), Some(_)) => {
                 return Err(RuntimeError::invalid(
@@ -116,14 +112,6 @@ impl CallPlan {
                 (image.rootfs.clone(), image.config.env.clone(), Some(image))
             }
         };
-        for input in &req.inputs {
-            fs::symlink_metadata(&input.host).map_err(|e| {
-                RuntimeError::invalid(
-                    format!("--input {:?}", input.host),
-                    format!("{e} (give an existing file or directory)"),
-                )
-            })?;
-        }
         let stdin = open_stdin(&req.stdin)?;
         if let Some(egress) = &req.egress {
             runsbx_proxy::Allowlist::parse(&egress.allow)
@@ -172,12 +160,34 @@ impl CallPlan {
                 spec,
                 overrides,
                 policy,
+                stub: None,
             },
             workspace_size,
             req: req.clone(),
             session,
         })
     }
+}
+
+/// The call's files: its inputs exist, and outputs go into a directory
+/// the caller made (runsbx creates none on the host but the outputs' own
+/// subdirectories inside it).
+pub(super) fn check_files(req: &CallRequest) -> Result<()> {
+    if !req.outputs.is_empty() && !req.output_dir.is_dir() {
+        return Err(RuntimeError::invalid(
+            format!("--output-dir {:?}", req.output_dir),
+            "is not an existing directory (create it first)",
+        ));
+    }
+    for input in &req.inputs {
+        fs::symlink_metadata(&input.host).map_err(|e| {
+            RuntimeError::invalid(
+                format!("--input {:?}", input.host),
+                format!("{e} (give an existing file or directory)"),
+            )
+        })?;
+    }
+    Ok(())
 }
 
 impl SandboxPlan {
@@ -201,7 +211,7 @@ impl SandboxPlan {
 /// The command must be in the rootfs. Inputs land in /workspace, which is
 /// not in the image: a command there is checked by the kernel at exec
 /// time.
-fn check_command(rootfs: &Path, command: &str, env: &[String]) -> Result<()> {
+pub(super) fn check_command(rootfs: &Path, command: &str, env: &[String]) -> Result<()> {
     bundle::check_command(
         rootfs,
         command,
@@ -211,7 +221,7 @@ fn check_command(rootfs: &Path, command: &str, env: &[String]) -> Result<()> {
     )
 }
 
-fn open_stdin(from: &StdinFrom) -> Result<OwnedFd> {
+pub(super) fn open_stdin(from: &StdinFrom) -> Result<OwnedFd> {
     Ok(match from {
         StdinFrom::Null => File::open("/dev/null")
             .map_err(|e| RuntimeError::io("open /dev/null", e))?
@@ -229,7 +239,7 @@ fn open_stdin(from: &StdinFrom) -> Result<OwnedFd> {
 /// The command's environment: the image's, then the caller's `--env`
 /// (later wins); `HOME` is `home` unless one of them sets it. Never
 /// runsbx's own.
-fn environment(image: &[String], home: &str, extra: &[(String, String)]) -> Vec<String> {
+pub(super) fn environment(image: &[String], home: &str, extra: &[(String, String)]) -> Vec<String> {
     let mut env: Vec<(String, String)> = Vec::new();
     let mut set = |k: &str, v: &str| {
         env.retain(|(key, _)| key != k);
@@ -251,7 +261,12 @@ fn environment(image: &[String], home: &str, extra: &[(String, String)]) -> Vec<
     env.into_iter().map(|(k, v)| format!("{k}={v}")).collect()
 }
 
-fn call_spec(rootfs: &Path, req: &CallRequest, env: Vec<String>, read_only: bool) -> Result<Spec> {
+pub(super) fn call_spec(
+    rootfs: &Path,
+    req: &CallRequest,
+    env: Vec<String>,
+    read_only: bool,
+) -> Result<Spec> {
     let invalid = |e: libcontainer::oci_spec::OciSpecError| {
         RuntimeError::invalid("build the call's spec", e.to_string())
     };
@@ -277,7 +292,7 @@ fn call_spec(rootfs: &Path, req: &CallRequest, env: Vec<String>, read_only: bool
 /// The call's options as the policy takes them: typed, each only
 /// tightening the profile. The deadline is held to the profile's and
 /// attested; the call enforces it itself.
-fn overrides(req: &CallRequest) -> Result<Overrides> {
+pub(super) fn overrides(req: &CallRequest) -> Result<Overrides> {
     let memory = req
         .memory
         .as_deref()

@@ -53,6 +53,9 @@ pub(crate) struct Request<'a> {
     /// slot, which the sandbox neither records nor releases); `None`: a
     /// fresh one.
     pub id_range: Option<runsbx_policy::IdRange>,
+    /// A warm sandbox's init waits for its command on this stub instead of
+    /// running the spec's (see sandbox/stub.rs).
+    pub stub: Option<crate::sandbox::stub::Stub>,
 }
 
 /// Where the container's stdio goes.
@@ -88,6 +91,8 @@ pub(crate) struct Built {
     pub duties: Duties,
     /// `linux.resources` was dropped: runsbx cannot make cgroups here.
     pub resources_dropped: bool,
+    /// As root, the host id range the sandbox runs in.
+    pub id_range: Option<runsbx_policy::IdRange>,
 }
 
 /// Creates container `id`: its namespaces and root exist, its process waits
@@ -122,6 +127,7 @@ pub(crate) fn build(
         workspace: None,
         supervision: Supervision::Forked,
         id_range: None,
+        stub: None,
     };
     let built = build_or_clean(root, id, &source, req, lock)?;
     if built.resources_dropped {
@@ -208,7 +214,9 @@ fn build_from(
     if let Some(workspace) = req.workspace {
         workspace.give_to_root_of(&spec)?;
     }
-    let mut container = libcontainer_build(root, id, req.opts, req.detach, &effective, req.stdio)?;
+    let mut container = libcontainer_build(
+        root, id, req.opts, req.detach, &effective, req.stdio, req.stub,
+    )?;
     // While runsbx still sees the rootfs it was built from.
     fill_tmpfs(&container, &spec, &hardened.tmpcopyup)?;
     if let Some(shadow) = shadow {
@@ -241,6 +249,7 @@ fn build_from(
         attestation: hardened.attestation,
         duties,
         resources_dropped,
+        id_range: range,
     })
 }
 
@@ -280,18 +289,38 @@ fn harden(
     range: Option<runsbx_policy::IdRange>,
     pod: Option<&crate::sandbox::pod::Verified>,
 ) -> Result<runsbx_policy::Hardened> {
-    let input = bundle::absolutize(source);
-    let workspace = req.workspace;
     let pod_join = pod.map(|p| p.join.clone());
-    let hardened = policy::apply(req.policy, input, range, workspace, pod_join, req.overrides)?;
-    bundle::check_cwd(source, &hardened.spec)?;
-    bundle::check_process(source, &hardened.spec)?;
+    let hardened = harden_source(
+        source,
+        req.policy,
+        range,
+        req.workspace,
+        pod_join,
+        req.overrides,
+    )?;
     // Said once, when the sandbox is made (not at each start or exec).
     for change in &hardened.changes {
         if change.field == "linux.namespaces.network" {
             tracing::warn!(id, "{}", change.reason);
         }
     }
+    Ok(hardened)
+}
+
+/// The policy applied to `source` and the result checked against it, as
+/// every create does it; a warm sandbox's command is held to the same.
+pub(crate) fn harden_source(
+    source: &bundle::Bundle,
+    policy: &Policy,
+    range: Option<runsbx_policy::IdRange>,
+    workspace: Option<&Workspace>,
+    pod_join: Option<runsbx_policy::PodJoin>,
+    overrides: Option<&Overrides>,
+) -> Result<runsbx_policy::Hardened> {
+    let input = bundle::absolutize(source);
+    let hardened = policy::apply(policy, input, range, workspace, pod_join, overrides)?;
+    bundle::check_cwd(source, &hardened.spec)?;
+    bundle::check_process(source, &hardened.spec)?;
     Ok(hardened)
 }
 
@@ -324,6 +353,7 @@ fn libcontainer_build(
     detach: bool,
     effective: &bundle::Effective,
     stdio: Stdio,
+    stub: Option<crate::sandbox::stub::Stub>,
 ) -> Result<Container> {
     let mut builder = ContainerBuilder::new(id.to_owned(), SyscallType::default())
         .with_root_path(root.path())
@@ -339,6 +369,9 @@ fn libcontainer_build(
     } = stdio
     {
         builder = builder.map(|b| b.with_stdin(stdin).with_stdout(stdout).with_stderr(stderr));
+    }
+    if let Some(stub) = stub {
+        builder = builder.map(|b| b.with_executor(stub));
     }
     builder
         .map(|b| {

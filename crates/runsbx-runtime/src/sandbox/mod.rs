@@ -9,6 +9,7 @@ pub(crate) mod engine_binds;
 pub(crate) mod exec_guard;
 pub(crate) mod network;
 pub(crate) mod pod;
+pub(crate) mod stub;
 pub mod supervisor;
 pub(crate) mod teardown;
 pub mod workspace;

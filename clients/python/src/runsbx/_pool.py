@@ -1,0 +1,238 @@
+"""A warm pool: :class:`Pool` keeps sandboxes ready in a ``runsbx serve``
+child and runs calls in them."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import subprocess
+import threading
+from types import TracebackType
+from typing import IO, TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Type
+
+from ._binary import PathArg, find_binary, not_runnable
+from ._call import OVERRUN_GRACE, TERM_GRACE, Command, Invocation, Size, Strings, _sandbox_options
+from .errors import ProtocolError
+from .result import CallResult
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ._session import CallOptions
+
+__all__ = ["Pool"]
+
+
+class _Pending:
+    """A request waiting for its reply."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.reply: Optional[Dict[str, Any]] = None
+
+
+class Pool:
+    """Sandboxes built ahead of time, so that a call costs milliseconds.
+
+    The pool is a ``runsbx serve`` child that keeps ``size`` sandboxes
+    ready, each built from the pool's settings (image, limits, profile,
+    egress) up to the point where only the command is missing. Each
+    sandbox runs one call and is then torn down and replaced in the
+    background: no call ever sees another's processes or files.
+
+    :meth:`run` takes the arguments of :func:`runsbx.run` and returns the
+    same :class:`CallResult`; the pool's settings are its defaults. A call
+    whose settings differ from the pool's (another image, memory limit,
+    egress, a session ...) runs cold, as :func:`runsbx.run` would run it.
+    :meth:`run` may be called from several threads at once::
+
+        with runsbx.Pool(size=2) as pool:
+            r = pool.run(["python3", "-c", "print(6*7)"])
+            assert r.stdout_text == "42\\n"
+    """
+
+    def __init__(
+        self,
+        size: int = 2,
+        *,
+        image: Optional[str] = None,
+        timeout: Optional[float] = 30.0,
+        memory: Optional[Size] = None,
+        pids: Optional[int] = None,
+        profile: Optional[str] = None,
+        allow_hosts: Optional[Strings] = None,
+        proxy_resolve: Optional[Mapping[str, str]] = None,
+        proxy_allow_addresses: Optional[Strings] = None,
+        binary: Optional[PathArg] = None,
+    ) -> None:
+        if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 64:
+            raise ValueError(f"size must be an int from 1 to 64, not {size!r}")
+        self._defaults: Dict[str, Any] = {
+            "image": image,
+            "timeout": timeout,
+            "memory": memory,
+            "pids": pids,
+            "profile": profile,
+            "allow_hosts": allow_hosts,
+            "proxy_resolve": proxy_resolve,
+            "proxy_allow_addresses": proxy_allow_addresses,
+        }
+        opts = _sandbox_options(**self._defaults)
+        self._binary = find_binary(binary)
+        self._ids = itertools.count(1)
+        self._pending: Dict[int, _Pending] = {}
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._closed = False
+        self._ended: Optional[str] = None
+        try:
+            self._proc = subprocess.Popen(
+                [self._binary, "serve", f"--size={size}", *opts],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+        except OSError as e:
+            raise not_runnable(self._binary, e) from None
+        self._stderr: List[bytes] = []
+        self._reader = threading.Thread(target=self._read, name="runsbx-pool-reader", daemon=True)
+        self._reader.start()
+        self._err_reader = threading.Thread(target=self._read_stderr, name="runsbx-pool-stderr", daemon=True)
+        self._err_reader.start()
+
+    def run(self, cmd: Command, **options: Unpack[CallOptions]) -> CallResult:
+        """Runs ``cmd`` in a ready sandbox (or cold, if its options do not
+        fit the pool's) and returns its result once it has ended.
+
+        Takes the arguments of :func:`runsbx.run` but ``binary``; those not
+        given are the pool's.
+
+        Raises:
+            As :func:`runsbx.run`; ``ProtocolError`` if the pool has ended.
+        """
+        if "binary" in options:
+            raise TypeError("binary is the pool's: give it to Pool()")
+        args: Dict[str, Any] = {**self._defaults, **options}
+        inv = Invocation(cmd, streaming=False, binary=self._binary, **args)
+        try:
+            # The request is runsbx call's own arguments: `call` and after.
+            argv = inv.argv[2:]
+            data = None if inv.input is None else base64.b64encode(inv.input).decode("ascii")
+            pending = _Pending()
+            with self._lock:
+                if self._closed or self._ended is not None:
+                    raise ProtocolError(f"the pool has ended{self._why()}")
+                rid = next(self._ids)
+                self._pending[rid] = pending
+            line = json.dumps({"id": rid, "argv": argv, "stdin": data}) + "\n"
+            try:
+                with self._write_lock:
+                    stdin = self._stdin()
+                    stdin.write(line.encode("utf-8"))
+                    stdin.flush()
+            except OSError:
+                with self._lock:
+                    self._pending.pop(rid, None)
+                raise ProtocolError(f"the pool has ended{self._why()}") from None
+            if not pending.done.wait(inv.wall_timeout):
+                with self._lock:
+                    self._pending.pop(rid, None)
+                inv.overran = True
+                return inv.finish(-1, None, b"")
+            reply = pending.reply
+            if reply is None:
+                raise ProtocolError(f"the pool ended before the call's result came{self._why()}")
+            if "error" in reply:
+                raise ProtocolError(f"runsbx serve: {reply['error']}")
+            result = reply.get("result")
+            line_out = None if result is None else json.dumps(result).encode("utf-8")
+            code = reply.get("exit_code")
+            stderr = str(reply.get("stderr") or "").encode("utf-8")
+            return inv.finish(code if isinstance(code, int) else -1, line_out, stderr)
+        finally:
+            inv.cleanup()
+
+    def close(self) -> None:
+        """Ends the pool: its unused sandboxes are let go, and ``runsbx
+        serve`` waited for. Calls still running get their results first."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        try:
+            with self._write_lock:
+                self._stdin().close()
+        except OSError:
+            pass
+        try:
+            self._proc.wait(timeout=OVERRUN_GRACE)
+        except subprocess.TimeoutExpired:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=TERM_GRACE)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._reader.join()
+        self._err_reader.join()
+
+    @property
+    def pid(self) -> int:
+        """The pid of the ``runsbx serve`` process."""
+        return self._proc.pid
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        proc = getattr(self, "_proc", None)
+        if proc is not None and proc.poll() is None and not getattr(self, "_closed", True):
+            # Unclosed: closing its stdin ends it (its sandboxes go).
+            try:
+                self._stdin().close()
+            except (OSError, ValueError):
+                pass
+
+    def _stdin(self) -> IO[bytes]:
+        assert self._proc.stdin is not None
+        return self._proc.stdin
+
+    def _why(self) -> str:
+        tail = b"".join(self._stderr).decode("utf-8", errors="replace").strip().splitlines()
+        return f": {tail[-1]}" if tail else ""
+
+    def _read(self) -> None:
+        """Hands each reply to the request waiting for it."""
+        assert self._proc.stdout is not None
+        for raw in self._proc.stdout:
+            try:
+                reply = json.loads(raw)
+            except ValueError:
+                continue
+            rid = reply.get("id") if isinstance(reply, dict) else None
+            with self._lock:
+                pending = self._pending.pop(rid, None) if isinstance(rid, int) else None
+            if pending is not None:
+                pending.reply = reply
+                pending.done.set()
+        with self._lock:
+            self._ended = "ended"
+            waiting = list(self._pending.values())
+            self._pending.clear()
+        for pending in waiting:
+            pending.done.set()
+
+    def _read_stderr(self) -> None:
+        assert self._proc.stderr is not None
+        for raw in self._proc.stderr:
+            self._stderr.append(raw)
+            del self._stderr[:-20]

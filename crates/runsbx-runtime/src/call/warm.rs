@@ -1,0 +1,174 @@
+//! A warm call: the sandbox is built and started from a template request
+//! before the command is known, its init a stub that waits (see
+//! sandbox/stub.rs); the request that comes later runs in it only if a
+//! cold call of that request would have built the very same sandbox.
+//!
+//! [`Fitter`] decides that. It resolves the request exactly as a cold call
+//! does (environment, command lookup, spec, overrides) and hardens it with
+//! the same policy, id range and workspace; the hardened spec must equal
+//! the template's in everything but the command and its environment. The
+//! request's own hardening gives the command, the environment, the
+//! deadline and the attestation the result reports, so a warm result is a
+//! cold one's. Anything else (another image, limit, profile or egress, a
+//! stream) is declined, and the pool runs that request cold.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use libcontainer::oci_spec::runtime::Spec;
+use runsbx_policy::{IdRange, Layer};
+
+use super::request::{CallRequest, LiveOutput, StdinFrom};
+use super::{plan, CallResult, Tails};
+use crate::error::{Result, RuntimeError};
+use crate::ops::create;
+use crate::policy::Policy;
+use crate::sandbox::workspace::Workspace;
+use crate::state::bundle::Bundle;
+
+/// The owner of a warm sandbox (a pool): it is told when the sandbox
+/// waits, gives it one request, and gets the result before the sandbox is
+/// torn down.
+pub trait Hold {
+    /// The sandbox waits for its command.
+    fn ready(&mut self);
+    /// The next request, with the stdin it brings (`None`: the request's
+    /// own `stdin`); `None` when the sandbox is no longer wanted.
+    fn next(&mut self) -> Option<(CallRequest, Option<std::os::fd::OwnedFd>)>;
+    /// The last request does not fit this sandbox (it is run cold).
+    fn decline(&mut self, why: String);
+    /// The result of the request this sandbox ran, before its teardown.
+    fn reply(&mut self, result: &CallResult, tails: &Tails);
+}
+
+/// A request, fitted to the warm sandbox: what its stub execs, and what a
+/// cold call of it would have reported.
+pub(super) struct Fitted {
+    pub args: Vec<String>,
+    pub env: Vec<String>,
+    pub deadline: Option<Duration>,
+    pub attestation: Vec<Layer>,
+}
+
+/// What a request is checked against.
+pub(super) struct Fitter {
+    template: CallRequest,
+    rootfs: PathBuf,
+    image_env: Vec<String>,
+    policy: Policy,
+    range: Option<IdRange>,
+    /// The template's hardened spec, without its command.
+    spec: Spec,
+}
+
+impl Fitter {
+    /// The template's image (its rootfs and environment) and policy, and
+    /// the id range its sandbox was built in.
+    pub fn new(
+        template: &CallRequest,
+        rootfs: PathBuf,
+        image_env: Vec<String>,
+        policy: Policy,
+        range: Option<IdRange>,
+        ws: &Workspace,
+    ) -> Result<Self> {
+        let mut fitter = Self {
+            template: template.clone(),
+            rootfs,
+            image_env,
+            policy,
+            range,
+            spec: Spec::default(),
+        };
+        fitter.spec = without_command(fitter.harden(template, ws)?.spec);
+        Ok(fitter)
+    }
+
+    /// The request fitted, or why it does not fit.
+    pub fn fit(&self, req: &CallRequest, ws: &Workspace) -> std::result::Result<Fitted, String> {
+        self.same_sandbox_asked(req)?;
+        let hardened = self.harden(req, ws).map_err(|e| e.to_string())?;
+        let process = hardened.spec.process().as_ref();
+        let args = process.and_then(|p| p.args().clone()).unwrap_or_default();
+        let env = process.and_then(|p| p.env().clone()).unwrap_or_default();
+        if without_command(hardened.spec) != self.spec {
+            return Err("its hardened spec differs from the warm sandbox's".to_owned());
+        }
+        Ok(Fitted {
+            args,
+            env,
+            deadline: hardened.deadline,
+            attestation: hardened.attestation,
+        })
+    }
+
+    /// The request, resolved and hardened as a cold call of it would be.
+    fn harden(&self, req: &CallRequest, ws: &Workspace) -> Result<runsbx_policy::Hardened> {
+        if req.command.is_empty() {
+            return Err(RuntimeError::invalid("runsbx call", "no command"));
+        }
+        plan::check_files(req)?;
+        let env = plan::environment(&self.image_env, "/tmp", &req.env);
+        plan::check_command(&self.rootfs, &req.command[0], &env)?;
+        let source = Bundle {
+            dir: ws.dir.clone(),
+            spec: plan::call_spec(&self.rootfs, req, env, true)?,
+            rootfs: self.rootfs.clone(),
+        };
+        let overrides = plan::overrides(req)?;
+        create::harden_source(
+            &source,
+            &self.policy,
+            self.range,
+            Some(ws),
+            None,
+            Some(&overrides),
+        )
+    }
+
+    /// The settings that shape a sandbox are the template's; what differs
+    /// may only be the command, its environment, stdin, files, deadline
+    /// and output caps.
+    fn same_sandbox_asked(&self, req: &CallRequest) -> std::result::Result<(), String> {
+        let t = &self.template;
+        let differs = |what: &str| Err(format!("its {what} differs from the warm sandbox's"));
+        if req.session.is_some() {
+            return Err("it runs in a session".to_owned());
+        }
+        if req.live != LiveOutput::Quiet {
+            return Err("it streams its output".to_owned());
+        }
+        if req.image != t.image || req.rootfs != t.rootfs {
+            return differs("image");
+        }
+        if req.data_dir != t.data_dir {
+            return differs("data directory");
+        }
+        if req.config != t.config || req.profile != t.profile {
+            return differs("profile");
+        }
+        if req.memory != t.memory {
+            return differs("memory limit");
+        }
+        if req.pids != t.pids {
+            return differs("pids limit");
+        }
+        if req.egress != t.egress {
+            return differs("egress");
+        }
+        if req.stdin == StdinFrom::Inherit {
+            // A pool's own stdin is its control channel.
+            return Err("it reads runsbx's stdin".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// The spec without what a warm sandbox's stub is given later.
+fn without_command(mut spec: Spec) -> Spec {
+    if let Some(p) = spec.process_mut() {
+        p.set_args(None);
+        p.set_env(None);
+    }
+    spec
+}

@@ -1,0 +1,625 @@
+//! `runsbx serve`: a warm pool of sandboxes, and tool calls served from it.
+//!
+//! The pool keeps `--size` sandboxes built from one template (the image,
+//! limits, profile and egress given to `serve`), each in a worker process
+//! of its own (serve/worker.rs) whose sandbox waits for its command. A
+//! request is the argument list of `runsbx call`; one that fits the
+//! template runs in a ready sandbox, which is then torn down and replaced
+//! in the background (never reused); any other runs cold, as `runsbx call`
+//! itself. Either way the reply is the call's JSON result.
+//!
+//! The protocol (docs/pool.md) is JSON Lines, on stdin and stdout or on
+//! each connection to `--socket`:
+//!
+//! ```text
+//! -> {"id": 1, "argv": ["--json", "--", "python3", "-c", "pass"], "stdin": null}
+//! <- {"id": 1, "exit_code": 0, "result": {"schema": "runsbx.call/v1", ...}, "warm": true}
+//! ```
+//!
+//! The pool ends when stdin closes (or, with `--socket`, on SIGTERM or
+//! SIGINT): every ready sandbox is let go and every worker waited for. A
+//! SIGKILLed serve leaves its workers to let their sandboxes go when their
+//! stdin ends.
+
+mod worker;
+
+use std::collections::VecDeque;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Args;
+use serde_json::{json, Value};
+
+pub use worker::run as worker;
+
+/// Keep sandboxes ready and serve tool calls from them (JSON Lines on
+/// stdin/stdout, or on a unix socket); see docs/pool.md
+#[derive(Args, Debug)]
+pub struct Serve {
+    /// How many sandboxes are kept ready
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub size: u16,
+    /// Serve the connections to this unix socket (made 0600) instead of
+    /// stdin and stdout
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Start no sandbox while the host has less memory available than this
+    #[arg(long, default_value = "256M")]
+    pub min_available: String,
+    /// The sandboxes' image (as `runsbx call --image`)
+    #[arg(long, conflicts_with = "rootfs")]
+    pub image: Option<String>,
+    /// A root filesystem directory to run on instead of an image (as
+    /// `runsbx call --rootfs`)
+    #[arg(long)]
+    pub rootfs: Option<PathBuf>,
+    /// runsbx's data directory, where images are kept
+    #[arg(long, env = "RUNSBX_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// The sandboxes' profile (as `runsbx call --profile`)
+    #[arg(long)]
+    pub profile: Option<String>,
+    /// The sandboxes' deadline (as `runsbx call --timeout`); a request may
+    /// give its own
+    #[arg(long)]
+    pub timeout: Option<String>,
+    /// The sandboxes' memory limit (as `runsbx call --memory`)
+    #[arg(long)]
+    pub memory: Option<String>,
+    /// The sandboxes' process limit (as `runsbx call --pids`)
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub pids: Option<u64>,
+    #[command(flatten)]
+    pub egress: crate::call_cmd::EgressArgs,
+}
+
+/// How runsbx is run again: the same binary and global flags.
+#[derive(Clone)]
+struct Runsbx {
+    exe: PathBuf,
+    global: Vec<OsString>,
+}
+
+impl Runsbx {
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.exe);
+        cmd.args(&self.global);
+        cmd
+    }
+}
+
+/// A request's reply: a worker's line, or `runsbx call`'s result.
+enum Reply {
+    Warm(String),
+    Cold(Value),
+}
+
+/// A worker whose sandbox waits for its command.
+struct Worker {
+    child: Child,
+    to: ChildStdin,
+    from: BufReader<ChildStdout>,
+}
+
+struct State {
+    ready: VecDeque<Worker>,
+    starting: usize,
+    /// Workers tearing their sandbox down (they exit when done).
+    ending: usize,
+    /// Requests being served.
+    serving: usize,
+    /// Workers that failed in a row before they were ready.
+    failures: u32,
+    closing: bool,
+}
+
+struct Pool {
+    runsbx: Runsbx,
+    /// `pool-worker` and the template's call flags.
+    worker_args: Vec<String>,
+    size: usize,
+    min_available: u64,
+    state: Mutex<State>,
+    changed: Condvar,
+}
+
+pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Result<i32> {
+    let min_available = runsbx_policy::profile::parse_size(&args.min_available)
+        .map_err(|e| anyhow::anyhow!("--min-available {:?}: {e}", args.min_available))?;
+    if let Some(t) = &args.timeout {
+        crate::call_cmd::parse_duration(t)?;
+    }
+    let mut global: Vec<OsString> = Vec::new();
+    if let Some(r) = root {
+        global.extend(["--root".into(), r.into()]);
+    }
+    if let Some(c) = config {
+        global.extend(["--config".into(), c.into()]);
+    }
+    let runsbx = Runsbx {
+        exe: std::env::current_exe().context("find runsbx's own binary")?,
+        global,
+    };
+    let pool = Arc::new(Pool {
+        runsbx,
+        worker_args: worker_args(&args),
+        size: usize::from(args.size),
+        min_available,
+        state: Mutex::new(State {
+            ready: VecDeque::new(),
+            starting: 0,
+            ending: 0,
+            serving: 0,
+            failures: 0,
+            closing: false,
+        }),
+        changed: Condvar::new(),
+    });
+    // The signals that end the pool are taken by one thread; every other
+    // thread (and what it spawns: std resets the mask in children) has
+    // them blocked.
+    let mut signals = nix::sys::signal::SigSet::empty();
+    for s in [
+        nix::sys::signal::Signal::SIGTERM,
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGHUP,
+    ] {
+        signals.add(s);
+    }
+    signals.thread_block()?;
+    let (end_tx, end_rx) = mpsc::channel::<()>();
+    {
+        let end = end_tx.clone();
+        std::thread::spawn(move || {
+            let _ = signals.wait();
+            let _ = end.send(());
+        });
+    }
+    {
+        let pool = pool.clone();
+        std::thread::spawn(move || pool.fill());
+    }
+    let socket = args.socket.clone();
+    match &socket {
+        None => {
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                let out: Arc<Mutex<Box<dyn Write + Send>>> =
+                    Arc::new(Mutex::new(Box::new(std::io::stdout())));
+                serve_lines(&pool, std::io::stdin().lock(), out);
+                // The owner is gone (or done): so is the pool.
+                let _ = end_tx.send(());
+            });
+        }
+        Some(path) => {
+            let listener = listen(path)?;
+            let pool = pool.clone();
+            std::thread::spawn(move || {
+                for conn in listener.incoming().flatten() {
+                    let pool = pool.clone();
+                    std::thread::spawn(move || serve_connection(&pool, conn));
+                }
+            });
+        }
+    }
+    let _ = end_rx.recv();
+    pool.close();
+    if let Some(path) = socket {
+        let _ = std::fs::remove_file(path);
+    }
+    Ok(0)
+}
+
+/// The worker's command line: the template as `call` flags.
+fn worker_args(args: &Serve) -> Vec<String> {
+    let mut a = vec!["pool-worker".to_owned(), "--json".to_owned()];
+    let mut opt = |flag: &str, v: Option<String>| {
+        if let Some(v) = v {
+            a.push(format!("--{flag}={v}"));
+        }
+    };
+    opt("image", args.image.clone());
+    opt(
+        "rootfs",
+        args.rootfs.as_ref().map(|d| d.display().to_string()),
+    );
+    opt(
+        "data-dir",
+        args.data_dir.as_ref().map(|d| d.display().to_string()),
+    );
+    opt("profile", args.profile.clone());
+    opt("timeout", args.timeout.clone());
+    opt("memory", args.memory.clone());
+    opt("pids", args.pids.map(|p| p.to_string()));
+    for h in &args.egress.allow_host {
+        a.push(format!("--allow-host={h}"));
+    }
+    for r in &args.egress.proxy_resolve {
+        a.push(format!("--proxy-resolve={r}"));
+    }
+    for r in &args.egress.proxy_allow_address {
+        a.push(format!("--proxy-allow-address={r}"));
+    }
+    // The template's command: a placeholder the image must have (a
+    // request's own command replaces it).
+    a.extend(["--".to_owned(), "true".to_owned()]);
+    a
+}
+
+/// The socket, made 0600 (only its owner may run calls through it); a
+/// stale one (nobody listening) is replaced.
+fn listen(path: &Path) -> Result<UnixListener> {
+    if path.exists() {
+        if UnixStream::connect(path).is_ok() {
+            anyhow::bail!(
+                "--socket {path:?}: another runsbx serve listens there; stop it or give another path"
+            );
+        }
+        std::fs::remove_file(path).with_context(|| format!("remove the stale socket {path:?}"))?;
+    }
+    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+    let listener = UnixListener::bind(path);
+    nix::sys::stat::umask(old);
+    let listener = listener.with_context(|| format!("--socket {path:?}: listen"))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(listener)
+}
+
+fn serve_connection(pool: &Arc<Pool>, conn: UnixStream) {
+    let Ok(write) = conn.try_clone() else {
+        return;
+    };
+    let out: Arc<Mutex<Box<dyn Write + Send>>> = Arc::new(Mutex::new(Box::new(write)));
+    serve_lines(pool, BufReader::new(conn), out);
+}
+
+/// Serves each request line in a thread of its own; returns at EOF once
+/// every request has its reply.
+fn serve_lines(pool: &Arc<Pool>, input: impl BufRead, out: Arc<Mutex<Box<dyn Write + Send>>>) {
+    let mut handlers = Vec::new();
+    for line in input.lines() {
+        let Ok(line) = line else { break };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let pool = pool.clone();
+        let out = out.clone();
+        handlers.push(std::thread::spawn(move || {
+            let reply = pool.serve(&line);
+            let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = out.write_all(reply.as_bytes());
+            let _ = out.write_all(b"\n");
+            let _ = out.flush();
+        }));
+        handlers.retain(|h| !h.is_finished());
+    }
+    for h in handlers {
+        let _ = h.join();
+    }
+}
+
+impl Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One request line to its reply.
+    fn serve(self: &Arc<Self>, line: &str) -> String {
+        let msg: Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(e) => {
+                return json!({"id": null, "error": format!("the request is not JSON: {e}")})
+                    .to_string()
+            }
+        };
+        let id = msg.get("id").cloned().unwrap_or(Value::Null);
+        let argv = match msg.get("argv").and_then(Value::as_array) {
+            Some(a) if a.iter().all(Value::is_string) => a.clone(),
+            _ => {
+                return json!({"id": id, "error": "the request has no \"argv\" (an array of strings: runsbx call's arguments)"}).to_string()
+            }
+        };
+        let stdin = msg.get("stdin").cloned().unwrap_or(Value::Null);
+        self.lock().serving += 1;
+        let reply = match self.warm(&argv, &stdin) {
+            Some(reply) => reply,
+            None => Reply::Cold(self.cold(&argv, &stdin)),
+        };
+        {
+            let mut s = self.lock();
+            s.serving -= 1;
+        }
+        self.changed.notify_all();
+        let id = serde_json::to_string(&id).unwrap_or_else(|_| "null".to_owned());
+        match reply {
+            // `{"result": ..., "exit_code": N}` from the worker, as it is.
+            Reply::Warm(line) => format!(
+                "{{\"id\":{id},\"warm\":true,{}",
+                line.trim_end()[1..].trim_start()
+            ),
+            Reply::Cold(mut v) => {
+                v["warm"] = Value::Bool(false);
+                format!("{{\"id\":{id},{}", v.to_string()[1..].trim_start())
+            }
+        }
+    }
+
+    /// The request in a ready sandbox; `None` if none can take it.
+    fn warm(self: &Arc<Self>, argv: &[Value], stdin: &Value) -> Option<Reply> {
+        let mut w = self.take()?;
+        let request = json!({"argv": argv, "stdin": stdin});
+        let mut line = String::new();
+        let asked = serde_json::to_writer(&mut w.to, &request).is_ok()
+            && w.to.write_all(b"\n").is_ok()
+            && w.to.flush().is_ok();
+        if !asked || !matches!(w.from.read_line(&mut line), Ok(n) if n > 0) {
+            // The worker died: its watchdog removes its sandbox.
+            self.reap(w);
+            return None;
+        }
+        if line.starts_with("{\"declined\"") {
+            let why: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+            tracing::debug!("run cold: {}", why["declined"].as_str().unwrap_or_default());
+            self.give_back(w);
+            return None;
+        }
+        // The sandbox ran a command (or failed to): never again.
+        self.reap(w);
+        if !line.starts_with("{\"result\"") {
+            return None;
+        }
+        // The worker's own reply, passed on as it is (one JSON object).
+        Some(Reply::Warm(line))
+    }
+
+    /// The request as `runsbx call` of its arguments.
+    fn cold(&self, argv: &[Value], stdin: &Value) -> Value {
+        let args: Vec<&str> = argv.iter().filter_map(Value::as_str).collect();
+        let data = match stdin.as_str() {
+            Some(b64) => {
+                use base64::Engine;
+                match base64::engine::general_purpose::STANDARD.decode(b64) {
+                    Ok(d) => Some(d),
+                    Err(e) => return json!({"error": format!("\"stdin\" is not base64: {e}")}),
+                }
+            }
+            None => None,
+        };
+        let mut cmd = self.runsbx.command();
+        cmd.arg("call")
+            .args(&args)
+            .stdin(if data.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => return json!({"error": format!("run runsbx call: {e}")}),
+        };
+        if let (Some(mut pipe), Some(data)) = (child.stdin.take(), data) {
+            std::thread::spawn(move || {
+                let _ = pipe.write_all(&data);
+            });
+        }
+        let out = match child.wait_with_output() {
+            Ok(o) => o,
+            Err(e) => return json!({"error": format!("wait for runsbx call: {e}")}),
+        };
+        let text = String::from_utf8_lossy(&out.stdout);
+        let result = text
+            .lines()
+            .last()
+            .and_then(|l| serde_json::from_str::<Value>(l).ok())
+            .unwrap_or(Value::Null);
+        json!({
+            "exit_code": out.status.code(),
+            "result": result,
+            "stderr": String::from_utf8_lossy(&out.stderr),
+            "warm": false,
+        })
+    }
+
+    /// A ready worker, waiting while one is being made; `None` when none
+    /// will be (the pool is closing, or cannot make one).
+    fn take(&self) -> Option<Worker> {
+        let mut s = self.lock();
+        loop {
+            if s.closing {
+                return None;
+            }
+            if let Some(w) = s.ready.pop_front() {
+                drop(s);
+                self.changed.notify_all();
+                return Some(w);
+            }
+            if s.starting == 0 && s.failures > 0 {
+                return None;
+            }
+            let (next, timeout) = self
+                .changed
+                .wait_timeout(s, Duration::from_secs(30))
+                .unwrap_or_else(|e| e.into_inner());
+            s = next;
+            if timeout.timed_out() && s.ready.is_empty() {
+                return None;
+            }
+        }
+    }
+
+    fn give_back(self: &Arc<Self>, w: Worker) {
+        let mut s = self.lock();
+        if s.closing {
+            drop(s);
+            self.reap(w);
+            return;
+        }
+        s.ready.push_front(w);
+        drop(s);
+        self.changed.notify_all();
+    }
+
+    /// Lets a worker go (closing its stdin lets an unused sandbox go) and
+    /// waits for it in the background.
+    fn reap(self: &Arc<Self>, w: Worker) {
+        let Worker {
+            mut child,
+            to,
+            from,
+        } = w;
+        drop(to);
+        drop(from);
+        self.lock().ending += 1;
+        let pool = self.clone();
+        std::thread::spawn(move || {
+            let _ = child.wait();
+            pool.lock().ending -= 1;
+            pool.changed.notify_all();
+        });
+    }
+
+    /// Keeps `size` sandboxes ready or starting, while memory allows.
+    fn fill(self: Arc<Self>) {
+        let mut s = self.lock();
+        loop {
+            if s.closing {
+                return;
+            }
+            let wanted = s.ready.len() + s.starting < self.size;
+            if wanted && s.failures > 0 {
+                // Back off after failures, up to 30 s between tries.
+                let pause = Duration::from_secs(u64::from(s.failures.min(30)));
+                let (next, _) = self
+                    .changed
+                    .wait_timeout(s, pause)
+                    .unwrap_or_else(|e| e.into_inner());
+                s = next;
+                if s.closing {
+                    return;
+                }
+            }
+            if s.ready.len() + s.starting < self.size && memory_available() >= self.min_available {
+                s.starting += 1;
+                drop(s);
+                let pool = self.clone();
+                std::thread::spawn(move || pool.start_worker());
+                s = self.lock();
+                continue;
+            }
+            let (next, _) = self
+                .changed
+                .wait_timeout(s, Duration::from_secs(1))
+                .unwrap_or_else(|e| e.into_inner());
+            s = next;
+        }
+    }
+
+    /// Starts a worker and waits until its sandbox is ready (or failed).
+    fn start_worker(self: Arc<Self>) {
+        let started = self
+            .runsbx
+            .command()
+            .args(&self.worker_args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn();
+        let ready = match started {
+            Ok(mut child) => {
+                let to = child.stdin.take();
+                let from = child.stdout.take().map(BufReader::new);
+                match (to, from) {
+                    (Some(to), Some(mut from)) => {
+                        let mut line = String::new();
+                        let _ = from.read_line(&mut line);
+                        let said: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+                        if said.get("ready").is_some() {
+                            Some(Worker { child, to, from })
+                        } else {
+                            report_failure(&said);
+                            let _ = child.wait();
+                            None
+                        }
+                    }
+                    _ => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        None
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!("start a pool worker: {e}");
+                None
+            }
+        };
+        let mut s = self.lock();
+        s.starting -= 1;
+        match ready {
+            Some(w) if !s.closing => {
+                s.failures = 0;
+                s.ready.push_back(w);
+            }
+            Some(w) => {
+                drop(s);
+                self.reap(w);
+                s = self.lock();
+            }
+            None => s.failures += 1,
+        }
+        drop(s);
+        self.changed.notify_all();
+    }
+
+    /// Ends the pool: no new sandbox, every ready one let go, every
+    /// request answered and every worker waited for.
+    fn close(self: &Arc<Self>) {
+        let ready: Vec<Worker> = {
+            let mut s = self.lock();
+            s.closing = true;
+            s.ready.drain(..).collect()
+        };
+        self.changed.notify_all();
+        for w in ready {
+            self.reap(w);
+        }
+        let mut s = self.lock();
+        while s.starting > 0 || s.ending > 0 || s.serving > 0 {
+            s = self
+                .changed
+                .wait_timeout(s, Duration::from_millis(100))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+    }
+}
+
+/// Why a worker's sandbox could not be made, said once per failure.
+fn report_failure(said: &Value) {
+    let message = said
+        .pointer("/failed/error/message")
+        .and_then(Value::as_str)
+        .unwrap_or("the worker ended before its sandbox was ready");
+    tracing::error!("a pool sandbox could not be made: {message}");
+}
+
+/// MemAvailable from /proc/meminfo, in bytes (unknown: plenty).
+fn memory_available() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemAvailable:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map_or(u64::MAX, |kb| kb * 1024)
+}

@@ -1,0 +1,146 @@
+//! One warm sandbox, as a process of its own (`runsbx pool-worker`, hidden):
+//! it builds the sandbox from the pool's template with the cold call's
+//! code, says it is ready, takes requests from its stdin until one fits,
+//! writes that call's result to its stdout, and tears the sandbox down.
+//!
+//! A process per sandbox, because building one forks (libcontainer's
+//! intermediate and init processes, the call's watchdog) and forking is
+//! only safe from a single-threaded process; the pool's owner has threads.
+//! If the owner dies, the worker's stdin ends: the sandbox is let go
+//! unused. If the worker itself is killed, its watchdog removes it.
+
+use std::io::{BufRead, Write};
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use base64::Engine;
+use clap::Parser;
+use runsbx_runtime::call::{self, CallRequest, CallResult, Hold, StdinFrom, Tails};
+use runsbx_runtime::StateRoot;
+use serde_json::json;
+
+use crate::call_cmd::{self, Call};
+
+/// A request's `call` arguments, parsed as `runsbx call` parses them.
+#[derive(Parser, Debug)]
+#[command(name = "call", no_binary_name = true)]
+struct CallLine {
+    #[command(flatten)]
+    call: Call,
+}
+
+/// The worker's side of the protocol with the pool (JSON Lines).
+struct Control {
+    config: Option<PathBuf>,
+    taken: bool,
+    replied: bool,
+}
+
+impl Control {
+    fn say(&self, message: &serde_json::Value) {
+        self.say_line(&message.to_string());
+    }
+
+    fn say_line(&self, line: &str) {
+        let mut out = std::io::stdout().lock();
+        // A pool that is gone reads nothing; the sandbox goes anyway.
+        let _ = out.write_all(line.as_bytes());
+        let _ = out.write_all(b"\n");
+        let _ = out.flush();
+    }
+
+    /// `{"result": RESULT, "exit_code": N}` (or `"failed"`), its first key
+    /// first: the pool tells the kinds of line apart by it.
+    fn say_result(&self, key: &str, result: &CallResult) {
+        let json = serde_json::to_string(result).unwrap_or_else(|_| "null".to_owned());
+        self.say_line(&format!(
+            "{{\"{key}\":{json},\"exit_code\":{}}}",
+            result.exit_code()
+        ));
+    }
+
+    /// Parses one request line into a call request and its stdin.
+    fn parse(&self, line: &str) -> Result<(CallRequest, Option<OwnedFd>)> {
+        let msg: serde_json::Value = serde_json::from_str(line)?;
+        let argv: Vec<String> = serde_json::from_value(msg["argv"].clone())?;
+        let call = CallLine::try_parse_from(argv)?.call;
+        let mut req = call_cmd::request(call, self.config.clone())?;
+        let data = match msg["stdin"].as_str() {
+            Some(b64) => Some(base64::engine::general_purpose::STANDARD.decode(b64)?),
+            None => None,
+        };
+        let stdin = match (&req.stdin, data) {
+            // The pool's stdin is this channel: the data came in the
+            // request, and the command reads it from a file of its own.
+            (StdinFrom::Inherit, data) => Some(memfd_with(&data.unwrap_or_default())?),
+            (_, Some(_)) => anyhow::bail!("stdin data without --stdin=-"),
+            (_, None) => None,
+        };
+        if stdin.is_some() {
+            req.stdin = StdinFrom::Null;
+        }
+        Ok((req, stdin))
+    }
+}
+
+impl Hold for Control {
+    fn ready(&mut self) {
+        self.say(&json!({"ready": true}));
+    }
+
+    fn next(&mut self) -> Option<(CallRequest, Option<OwnedFd>)> {
+        let stdin = std::io::stdin();
+        loop {
+            let mut line = String::new();
+            match stdin.lock().read_line(&mut line) {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+            match self.parse(&line) {
+                Ok(r) => {
+                    self.taken = true;
+                    return Some(r);
+                }
+                // Run cold, which reports the bad input as a call does.
+                Err(e) => self.say(&json!({"declined": format!("{e:#}")})),
+            }
+        }
+    }
+
+    fn decline(&mut self, why: String) {
+        self.taken = false;
+        self.say(&json!({"declined": why}));
+    }
+
+    fn reply(&mut self, result: &CallResult, _tails: &Tails) {
+        self.replied = true;
+        self.say_result("result", result);
+    }
+}
+
+/// `runsbx pool-worker [call flags] -- TEMPLATE_COMMAND`.
+pub fn run(root: &StateRoot, template: Call, config: Option<PathBuf>) -> Result<i32> {
+    let template = call_cmd::request(template, config.clone())?;
+    let mut control = Control {
+        config,
+        taken: false,
+        replied: false,
+    };
+    let (result, _tails) = call::warm(root, &template, &mut control);
+    if !control.replied {
+        let key = if control.taken { "result" } else { "failed" };
+        control.say_result(key, &result);
+    }
+    Ok(0)
+}
+
+/// A sealed-size anonymous file holding `data`, read from its start.
+fn memfd_with(data: &[u8]) -> Result<OwnedFd> {
+    use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+    let fd = memfd_create(c"runsbx-stdin", MemFdCreateFlag::MFD_CLOEXEC)?;
+    let mut file = std::fs::File::from(fd);
+    file.write_all(data)?;
+    std::io::Seek::rewind(&mut file)?;
+    Ok(file.into())
+}

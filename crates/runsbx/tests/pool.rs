@@ -1,0 +1,397 @@
+//! The warm pool (`runsbx serve`): a pooled call is a cold call's equal
+//! (the same attestation, the same observations from inside), a sandbox
+//! is never handed out twice, requests that do not fit run cold, and the
+//! pool leaves nothing behind: not after many calls, not when its owner
+//! is SIGKILLed. As root and rootless.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::time::Duration;
+
+use runsbx_testkit::{self as kit, as_root_and_rootless, Fixture};
+use serde_json::{json, Value};
+
+const RUNSBX: &str = env!("CARGO_BIN_EXE_runsbx");
+
+/// What a sandbox shows from inside: its ids, privileges, processes,
+/// files, network, limits and environment.
+const PROBE: &str = "id; grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):' /proc/self/status; \
+    ls /proc; ls -A /tmp /workspace; cat /proc/net/dev | cut -d: -f1; ulimit -n -u; \
+    cat /proc/self/mountinfo | cut -d' ' -f5 | sort; env | sort; pwd";
+
+/// A `runsbx serve` of the fixture's, on the test rootfs.
+struct Serve {
+    child: Child,
+    to: Option<ChildStdin>,
+    from: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl Serve {
+    fn start(fx: &Fixture, size: u32) -> Self {
+        let mut cmd = fx.cmd(["serve", "--size", &size.to_string(), "--rootfs"]);
+        cmd.arg(kit::rootfs())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            // Its own process group: a test may kill it with its workers.
+            .process_group(0);
+        let mut child = kit::spawn(&mut cmd);
+        let to = child.stdin.take();
+        let from = BufReader::new(child.stdout.take().unwrap());
+        Self {
+            child,
+            to,
+            from,
+            next_id: 1,
+        }
+    }
+
+    /// Sends requests (runsbx call's arguments) without waiting.
+    fn send(&mut self, argv: &[&str], stdin: Option<&str>) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let stdin = stdin.map(|s| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.encode(s)
+        });
+        let line = json!({"id": id, "argv": argv, "stdin": stdin}).to_string();
+        let to = self.to.as_mut().unwrap();
+        writeln!(to, "{line}").unwrap();
+        to.flush().unwrap();
+        id
+    }
+
+    fn reply(&mut self) -> Value {
+        let mut line = String::new();
+        self.from.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("reply {line:?}: {e}"))
+    }
+
+    /// One request, and its reply.
+    fn call(&mut self, argv: &[&str]) -> Value {
+        let id = self.send(argv, None);
+        let reply = self.reply();
+        assert_eq!(reply["id"], id, "{reply}");
+        reply
+    }
+
+    /// Closes the pool (its stdin) and waits for it.
+    fn close(mut self) {
+        drop(self.to.take());
+        let status = wait_within(&mut self.child, Duration::from_secs(60));
+        assert_eq!(status.code(), Some(0), "runsbx serve ended with {status:?}");
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        drop(self.to.take());
+        if matches!(self.child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_secs(2));
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_within(child: &mut Child, limit: Duration) -> std::process::ExitStatus {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(start.elapsed() < limit, "runsbx serve did not end");
+        std::thread::sleep(kit::POLL);
+    }
+}
+
+/// `call` arguments on the test rootfs, `sh -c SCRIPT`.
+fn sh_args<'a>(rootfs: &'a str, opts: &[&'a str], script: &'a str) -> Vec<&'a str> {
+    let mut a = vec!["--json", "--rootfs", rootfs];
+    a.extend(opts);
+    a.extend(["--", "sh", "-c", script]);
+    a
+}
+
+fn rootfs_arg() -> String {
+    kit::rootfs().to_string_lossy().into_owned()
+}
+
+/// The attestation with each sandbox's own host id range taken out (as
+/// root every sandbox has its own).
+fn attestation_shape(result: &Value) -> Vec<Value> {
+    let mut layers = result["attestation"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    for l in &mut layers {
+        if l["layer"] == "user_namespace" {
+            let detail = l["detail"].as_str().unwrap_or_default();
+            l["detail"] = Value::from(strip_host_ids(detail));
+        }
+    }
+    layers
+}
+
+fn strip_host_ids(detail: &str) -> String {
+    match detail.find("host ids ") {
+        Some(i) => {
+            let rest = &detail[i + "host ids ".len()..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_digit() || c == '-'))
+                .unwrap_or(rest.len());
+            format!("{}host ids N-M{}", &detail[..i], &rest[end..])
+        }
+        None => detail.to_owned(),
+    }
+}
+
+fn host_ids(result: &Value) -> Option<String> {
+    result["attestation"]
+        .as_array()?
+        .iter()
+        .find(|l| l["layer"] == "user_namespace")?["detail"]
+        .as_str()
+        .map(str::to_owned)
+}
+
+fn pooled_and_cold_calls_agree(fx: Fixture) {
+    let rootfs = rootfs_arg();
+    let args = sh_args(&rootfs, &["--env", "PROBE=1"], PROBE);
+    let cold = fx.run(std::iter::once("call").chain(args.iter().copied()));
+    assert_eq!(cold.code, 0, "{cold:?}");
+    let cold = cold.json();
+    let mut pool = Serve::start(&fx, 1);
+    let warm = pool.call(&args);
+    assert_eq!(warm["warm"], true, "the request fits the pool: {warm}");
+    let w = &warm["result"];
+    assert_eq!(w["status"], "exited", "{warm}");
+    assert_eq!(
+        w["stdout"]["data"], cold["stdout"]["data"],
+        "what the probe saw"
+    );
+    assert_eq!(w["stderr"]["data"], cold["stderr"]["data"]);
+    assert_eq!(attestation_shape(w), attestation_shape(&cold));
+    assert_eq!(w["limits"], cold["limits"]);
+    assert_eq!(w["command"], cold["command"]);
+    assert_eq!(warm["exit_code"], 0);
+    pool.close();
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, pooled_and_cold_calls_agree: agree_as_root, agree_rootless);
+
+fn a_sandbox_runs_one_call(fx: Fixture) {
+    let rootfs = rootfs_arg();
+    // Each call leaves a file in /tmp and /workspace and a process
+    // behind; the next must see none of them.
+    let script = "ls -A /tmp /workspace; cat /proc/[0-9]*/comm | grep -c sleep; \
+        touch /tmp/left /workspace/left; (sleep 1000 &) ; echo done";
+    let mut pool = Serve::start(&fx, 2);
+    let mut ids = BTreeSet::new();
+    let mut ranges = BTreeSet::new();
+    for _ in 0..6 {
+        let r = pool.call(&sh_args(&rootfs, &[], script));
+        assert_eq!(r["warm"], true, "{r}");
+        let res = &r["result"];
+        assert_eq!(
+            res["stdout"]["data"], "/tmp:\n\n/workspace:\n0\ndone\n",
+            "a fresh sandbox: nothing in /tmp or /workspace, no other process: {r}"
+        );
+        assert!(
+            ids.insert(res["id"].to_string()),
+            "a call id came twice: {r}"
+        );
+        if !fx.rootless() {
+            assert!(
+                ranges.insert(host_ids(res).unwrap()),
+                "host ids reused: {r}"
+            );
+        }
+    }
+    pool.close();
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, a_sandbox_runs_one_call: once_as_root, once_rootless);
+
+fn requests_that_do_not_fit_run_cold(fx: Fixture) {
+    let rootfs = rootfs_arg();
+    let mut pool = Serve::start(&fx, 1);
+    // Stdin and files fit the pool's sandbox.
+    let id = pool.send(
+        &["--json", "--stdin=-", "--rootfs", &rootfs, "--", "cat"],
+        Some("from stdin\n"),
+    );
+    let r = pool.reply();
+    assert_eq!(r["id"], id);
+    assert_eq!(r["warm"], true, "{r}");
+    assert_eq!(r["result"]["stdout"]["data"], "from stdin\n", "{r}");
+    let input = fx.dir.path().join("in.txt");
+    fs::write(&input, "an input\n").unwrap();
+    if let kit::Who::User(u) = &fx.who {
+        nix::unistd::chown(&input, Some(u.uid.into()), None).unwrap();
+    }
+    let spec = format!("{}:in.txt", input.display());
+    let r = pool.call(&sh_args(
+        &rootfs,
+        &["--input", &spec],
+        "cat in.txt; ls -ln in.txt | cut -c1-10",
+    ));
+    assert_eq!(r["warm"], true, "{r}");
+    assert_eq!(
+        r["result"]["stdout"]["data"], "an input\n-rw-r--r--\n",
+        "{r}"
+    );
+    // Another memory limit: another sandbox, built cold.
+    let r = pool.call(&sh_args(&rootfs, &["--memory", "100M"], "true"));
+    assert_eq!(r["warm"], false, "{r}");
+    if !fx.rootless() {
+        assert_eq!(r["result"]["limits"]["memory_bytes"], 100 << 20, "{r}");
+    }
+    // A command the rootfs lacks: the cold call's own error.
+    let r = pool.call(&["--json", "--rootfs", &rootfs, "--", "no-such-command"]);
+    assert_eq!(r["warm"], false, "{r}");
+    assert_eq!(r["result"]["status"], "error", "{r}");
+    let cold = fx.run([
+        "call",
+        "--json",
+        "--rootfs",
+        &rootfs,
+        "--",
+        "no-such-command",
+    ]);
+    assert_eq!(r["exit_code"], cold.code, "{r} / {cold:?}");
+    assert_eq!(r["result"]["error"]["kind"], cold.json()["error"]["kind"]);
+    // Not a request at all.
+    let to = pool.to.as_mut().unwrap();
+    writeln!(to, "not json").unwrap();
+    to.flush().unwrap();
+    let r = pool.reply();
+    assert!(r["error"].as_str().unwrap().contains("not JSON"), "{r}");
+    // And the pool still serves.
+    let r = pool.call(&sh_args(&rootfs, &[], "echo still"));
+    assert_eq!(r["warm"], true, "{r}");
+    assert_eq!(r["result"]["stdout"]["data"], "still\n");
+    pool.close();
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, requests_that_do_not_fit_run_cold: misfits_as_root, misfits_rootless);
+
+/// Many calls, several at a time: afterwards no state, process, mount,
+/// cgroup or id range is left.
+fn many_calls_leave_nothing(fx: Fixture) {
+    let rootfs = rootfs_arg();
+    let mut pool = Serve::start(&fx, 2);
+    let n = 60;
+    let sent: BTreeSet<u64> = (0..n)
+        .map(|i| {
+            let script = format!("echo {i}");
+            pool.send(&sh_args(&rootfs, &[], &script), None)
+        })
+        .collect();
+    let mut got = BTreeSet::new();
+    for _ in 0..n {
+        let r = pool.reply();
+        assert_eq!(r["result"]["status"], "exited", "{r}");
+        assert_eq!(r["warm"], true, "{r}");
+        got.insert(r["id"].as_u64().unwrap());
+    }
+    assert_eq!(got, sent);
+    pool.close();
+    fx.assert_clean();
+    kit::wait_until(
+        "the pool's cgroups and id ranges to go",
+        Duration::from_secs(10),
+        || host_resources(&fx).is_empty(),
+    );
+}
+as_root_and_rootless!(RUNSBX, many_calls_leave_nothing: no_leaks_as_root, no_leaks_rootless);
+
+/// SIGKILL of the pool's owner and all its workers: their watchdogs and
+/// the next start remove every sandbox.
+fn sigkill_leaves_nothing(fx: Fixture) {
+    let rootfs = rootfs_arg();
+    let mut pool = Serve::start(&fx, 2);
+    let r = pool.call(&sh_args(&rootfs, &[], "true"));
+    assert_eq!(r["warm"], true, "{r}");
+    if !fx.rootless() {
+        // What the check below looks for is there while the pool runs.
+        kit::wait_until(
+            "the refilled pool's cgroups",
+            Duration::from_secs(20),
+            || host_resources(&fx).len() >= 4,
+        );
+    }
+    // A call in flight, and sandboxes waiting.
+    pool.send(&sh_args(&rootfs, &[], "sleep 1000"), None);
+    std::thread::sleep(Duration::from_millis(500));
+    let group = nix::unistd::Pid::from_raw(-(pool.child.id() as i32));
+    nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let _ = pool.child.wait();
+    drop(pool);
+    let mut next = Serve::start(&fx, 1);
+    let r = next.call(&sh_args(&rootfs, &[], "true"));
+    assert_eq!(r["result"]["status"], "exited", "{r}");
+    next.close();
+    kit::wait_until(
+        "the killed pool's sandboxes to go",
+        Duration::from_secs(20),
+        || {
+            fx.leftovers().is_empty()
+                && fx.stray_processes().is_empty()
+                && fx.stray_mounts().is_empty()
+        },
+    );
+    fx.assert_clean();
+    kit::wait_until(
+        "its cgroups and id ranges to go",
+        Duration::from_secs(10),
+        || host_resources(&fx).is_empty(),
+    );
+}
+as_root_and_rootless!(RUNSBX, sigkill_leaves_nothing: sigkill_as_root, sigkill_rootless);
+
+/// The cgroups and id slots runsbx holds on the host for this fixture's
+/// state root (as root; rootless runsbx makes neither): its cgroups are
+/// named `<hash of the state root>-<id>`, its slots name the state root.
+fn host_resources(fx: &Fixture) -> BTreeSet<String> {
+    let entries = |dir: &str| -> Vec<String> {
+        fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| format!("{dir}/{}", e.file_name().to_string_lossy()))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    // FNV-1a of the state root's path, as runsbx names the cgroups of a
+    // state root other than the default.
+    let hash = fx
+        .state
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+        }) as u32;
+    let prefix = format!("{hash:08x}-");
+    let mut all = BTreeSet::new();
+    for h in entries("/sys/fs/cgroup") {
+        all.extend(
+            entries(&format!("{h}/runsbx"))
+                .into_iter()
+                .filter(|c| c.rsplit('/').next().is_some_and(|n| n.starts_with(&prefix))),
+        );
+    }
+    let state = fx.state.to_string_lossy().into_owned();
+    all.extend(
+        entries("/run/runsbx-ids")
+            .into_iter()
+            .filter(|slot| fs::read_to_string(slot).is_ok_and(|o| o.contains(&state))),
+    );
+    all
+}
