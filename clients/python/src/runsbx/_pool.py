@@ -4,6 +4,7 @@ child and runs calls in them."""
 from __future__ import annotations
 
 import base64
+import os
 import itertools
 import json
 import subprocess
@@ -57,6 +58,7 @@ class Pool:
         size: int = 2,
         *,
         image: Optional[str] = None,
+        rootfs: Optional[PathArg] = None,
         timeout: Optional[float] = 30.0,
         memory: Optional[Size] = None,
         pids: Optional[int] = None,
@@ -79,6 +81,9 @@ class Pool:
             "proxy_allow_addresses": proxy_allow_addresses,
         }
         opts = _sandbox_options(**self._defaults)
+        if rootfs is not None:
+            opts.append(f"--rootfs={os.fspath(rootfs)}")
+            self._defaults["rootfs"] = rootfs
         self._binary = find_binary(binary)
         self._ids = itertools.count(1)
         self._pending: Dict[int, _Pending] = {}
@@ -86,6 +91,10 @@ class Pool:
         self._write_lock = threading.Lock()
         self._closed = False
         self._ended: Optional[str] = None
+        #: Calls run in a ready sandbox, and calls run cold (their options
+        #: did not fit the pool's).
+        self.warm_calls = 0
+        self.cold_calls = 0
         try:
             self._proc = subprocess.Popen(
                 [self._binary, "serve", f"--size={size}", *opts],
@@ -145,6 +154,11 @@ class Pool:
                 raise ProtocolError(f"the pool ended before the call's result came{self._why()}")
             if "error" in reply:
                 raise ProtocolError(f"runsbx serve: {reply['error']}")
+            with self._lock:
+                if reply.get("warm") is True:
+                    self.warm_calls += 1
+                else:
+                    self.cold_calls += 1
             result = reply.get("result")
             line_out = None if result is None else json.dumps(result).encode("utf-8")
             code = reply.get("exit_code")
