@@ -96,6 +96,10 @@ impl<'a> Podman<'a> {
 impl Drop for Podman<'_> {
     fn drop(&mut self) {
         let _ = self.run(&["rm", "--all", "--force"]);
+        // As root, the overlay driver binds its directory onto itself (a
+        // private mount of the host's), and podman leaves it mounted.
+        let overlay = self.fx.dir.path().join("storage/overlay");
+        let _ = nix::mount::umount2(&overlay, nix::mount::MntFlags::MNT_DETACH);
         // Rootless storage holds files owned by subordinate ids.
         let _ = self.run(&[
             "unshare",
