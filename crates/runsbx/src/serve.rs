@@ -31,7 +31,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -43,9 +43,9 @@ pub use worker::run as worker;
 /// stdin/stdout, or on a unix socket); see docs/pool.md
 #[derive(Args, Debug)]
 pub struct Serve {
-    /// How many sandboxes are kept ready
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub size: u16,
+    /// How many sandboxes are kept ready (default: 2, or 1 with --session)
+    #[arg(long, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub size: Option<u16>,
     /// Serve the connections to this unix socket (made 0600) instead of
     /// stdin and stdout
     #[arg(long)]
@@ -60,6 +60,10 @@ pub struct Serve {
     /// `runsbx call --rootfs`)
     #[arg(long)]
     pub rootfs: Option<PathBuf>,
+    /// Keep a sandbox of this session ready (`runsbx session create`):
+    /// one at a time, since a session's calls run one after another
+    #[arg(long, conflicts_with = "rootfs")]
+    pub session: Option<String>,
     /// runsbx's data directory, where images are kept
     #[arg(long, env = "RUNSBX_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
@@ -113,7 +117,9 @@ struct State {
     starting: usize,
     /// Workers tearing their sandbox down (they exit when done).
     ending: usize,
-    /// Requests being served.
+    /// Requests being served (a session's pool makes no sandbox
+    /// meanwhile: it would wait for the session, or take it from a cold
+    /// call into it).
     serving: usize,
     /// Workers that failed in a row before they were ready.
     failures: u32,
@@ -125,6 +131,8 @@ struct Pool {
     /// `pool-worker` and the template's call flags.
     worker_args: Vec<String>,
     size: usize,
+    /// The pool keeps a session's sandbox (which holds the session).
+    session: bool,
     min_available: u64,
     state: Mutex<State>,
     changed: Condvar,
@@ -136,6 +144,15 @@ pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Resul
     if let Some(t) = &args.timeout {
         crate::call_cmd::parse_duration(t)?;
     }
+    let size = match (args.size, &args.session) {
+        (Some(n), Some(_)) if n > 1 => anyhow::bail!(
+            "--size {n} with --session: a session's calls run one at a time, so its pool \
+             holds one sandbox (leave --size out)"
+        ),
+        (Some(n), _) => n,
+        (None, Some(_)) => 1,
+        (None, None) => 2,
+    };
     let mut global: Vec<OsString> = Vec::new();
     if let Some(r) = root {
         global.extend(["--root".into(), r.into()]);
@@ -150,7 +167,8 @@ pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Resul
     let pool = Arc::new(Pool {
         runsbx,
         worker_args: worker_args(&args),
-        size: usize::from(args.size),
+        size: usize::from(size),
+        session: args.session.is_some(),
         min_available,
         state: Mutex::new(State {
             ready: VecDeque::new(),
@@ -225,6 +243,7 @@ fn worker_args(args: &Serve) -> Vec<String> {
             a.push(format!("--{flag}={v}"));
         }
     };
+    opt("session", args.session.clone());
     opt("image", args.image.clone());
     opt(
         "rootfs",
@@ -367,7 +386,13 @@ impl Pool {
         if line.starts_with("{\"declined\"") {
             let why: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
             tracing::debug!("run cold: {}", why["declined"].as_str().unwrap_or_default());
-            self.give_back(w);
+            if self.session {
+                // The warm sandbox holds the session: the cold call would
+                // wait for it forever. It goes, and another is made.
+                self.reap(w);
+            } else {
+                self.give_back(w);
+            }
             return None;
         }
         // The sandbox ran a command (or failed to): never again.
@@ -442,7 +467,9 @@ impl Pool {
                 self.changed.notify_all();
                 return Some(w);
             }
-            if s.starting == 0 && s.failures > 0 {
+            // None is coming: a session's pool makes its next one once
+            // this request is served.
+            if s.starting == 0 && (s.failures > 0 || self.session) {
                 return None;
             }
             let (next, timeout) = self
@@ -490,36 +517,34 @@ impl Pool {
     /// Keeps `size` sandboxes ready or starting, while memory allows.
     fn fill(self: Arc<Self>) {
         let mut s = self.lock();
+        // After a failure, the next try waits (1 s more per failure in a
+        // row, up to 30 s).
+        let mut retry_at = Instant::now();
         loop {
             if s.closing {
                 return;
             }
-            let wanted = s.ready.len() + s.starting < self.size;
-            if wanted && s.failures > 0 {
-                // Back off after failures, up to 30 s between tries.
-                let pause = Duration::from_secs(u64::from(s.failures.min(30)));
-                let (next, _) = self
-                    .changed
-                    .wait_timeout(s, pause)
-                    .unwrap_or_else(|e| e.into_inner());
-                s = next;
-                if s.closing {
-                    return;
-                }
-            }
-            if s.ready.len() + s.starting < self.size && memory_available() >= self.min_available {
+            let now = Instant::now();
+            let paused = self.session && s.serving > 0;
+            let wanted = s.ready.len() + s.starting < self.size && !paused;
+            let wait = if !wanted || memory_available() < self.min_available {
+                Duration::from_secs(1)
+            } else if s.failures > 0 && now < retry_at {
+                retry_at - now
+            } else {
+                retry_at = now + Duration::from_secs(u64::from(s.failures.min(29) + 1));
                 s.starting += 1;
                 drop(s);
                 let pool = self.clone();
                 std::thread::spawn(move || pool.start_worker());
                 s = self.lock();
                 continue;
-            }
-            let (next, _) = self
+            };
+            s = self
                 .changed
-                .wait_timeout(s, Duration::from_secs(1))
-                .unwrap_or_else(|e| e.into_inner());
-            s = next;
+                .wait_timeout(s, wait)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 

@@ -395,3 +395,57 @@ fn host_resources(fx: &Fixture) -> BTreeSet<String> {
     );
     all
 }
+
+/// A session's pool keeps one sandbox of the session ready: its calls are
+/// warm, see what earlier calls left in the session (workspace, layer)
+/// and a fresh /tmp; a request the session refuses runs cold (the pool
+/// lets the session go for it) and gets the cold call's refusal.
+fn a_session_is_pooled(fx: Fixture) {
+    if !kit::have_python_image() {
+        kit::skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
+    }
+    let name = format!("pool-{}", kit::unique_mark());
+    let out = fx.run(["session", "create", &name]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let session = format!("--session={name}");
+    let call = |pool: &mut Serve, script: &str| {
+        let r = pool.call(&["--json", &session, "--", "sh", "-c", script]);
+        assert_eq!(r["result"]["status"], "exited", "{r}");
+        r
+    };
+    let mut cmd = fx.cmd(["serve", "--session", &name]);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = kit::spawn(&mut cmd);
+    let mut pool = Serve {
+        to: child.stdin.take(),
+        from: BufReader::new(child.stdout.take().unwrap()),
+        child,
+        next_id: 1,
+    };
+    // (Rootless, the layer takes only what the sandbox makes at `/`.)
+    let r = call(
+        &mut pool,
+        "echo kept > /workspace/f; echo gone > /tmp/t; mkdir /layer; echo $HOME",
+    );
+    assert_eq!(r["warm"], true, "{r}");
+    assert_eq!(r["result"]["session"]["name"], name.as_str());
+    assert_eq!(r["result"]["stdout"]["data"], "/workspace\n");
+    let r = call(&mut pool, "cat /workspace/f; ls -A /tmp; ls -d /layer");
+    assert_eq!(r["warm"], true, "{r}");
+    assert_eq!(r["result"]["stdout"]["data"], "kept\n/layer\n", "{r}");
+    // A wider deadline than the session's: the cold call's refusal (the
+    // pool lets its sandbox, and the session, go for it).
+    let r = pool.call(&["--json", &session, "--timeout=99h", "--", "true"]);
+    assert_eq!(r["warm"], false, "{r}");
+    assert_eq!(r["result"]["error"]["kind"], "bad_input", "{r}");
+    let r = call(&mut pool, "cat /workspace/f");
+    assert_eq!(r["warm"], true, "{r}");
+    assert_eq!(r["result"]["stdout"]["data"], "kept\n");
+    pool.close();
+    let out = fx.run(["session", "rm", &name]);
+    assert_eq!(out.code, 0, "{out:?}");
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, a_session_is_pooled: session_as_root, session_rootless);

@@ -162,18 +162,24 @@ fn run(
         Some(_) => {
             let pair = stub::Pair::new()?;
             sandbox.stub = Some((pair.stub, pair.stub_end));
-            let image_env = image.as_ref().map(|i| i.config.env.clone());
-            let made = (sandbox.rootfs.clone(), image_env, sandbox.policy.clone());
+            let made = warm::Made {
+                rootfs: sandbox.rootfs.clone(),
+                image_env: image
+                    .as_ref()
+                    .map(|i| i.config.env.clone())
+                    .unwrap_or_default(),
+                policy: sandbox.policy.clone(),
+                session: session.as_ref().map(|s| s.settings.clone()),
+            };
             Some((pair.link, made))
         }
         None => None,
     };
     let (mut sandbox, streams) = Sandbox::create(root, id, &dir.0, &ws, &lock, sandbox, range)?;
     let (fitter, mut link) = match template {
-        Some((link, (rootfs, env, policy))) => {
+        Some((link, made)) => {
             let range = sandbox.built.id_range;
-            let env = env.unwrap_or_default();
-            let fitter = warm::Fitter::new(req, rootfs, env, policy, range, &ws)?;
+            let fitter = warm::Fitter::new(req, made, range, &ws)?;
             (Some(fitter), Some(link))
         }
         None => (None, None),
@@ -291,8 +297,8 @@ fn take(
                 "was let go before a request came",
             ));
         };
-        match fitter.fit(&req, ws) {
-            Ok(fitted) => return Ok((req, fitted, stdin)),
+        match fitter.fit(req, ws) {
+            Ok((req, fitted)) => return Ok((req, fitted, stdin)),
             Err(why) => hold.decline(why),
         }
     }

@@ -19,12 +19,21 @@ use libcontainer::oci_spec::runtime::Spec;
 use runsbx_policy::{IdRange, Layer};
 
 use super::request::{CallRequest, LiveOutput, StdinFrom};
-use super::{plan, CallResult, Tails};
+use super::{plan, tighten, CallResult, Tails};
 use crate::error::{Result, RuntimeError};
 use crate::ops::create;
 use crate::policy::Policy;
 use crate::sandbox::workspace::Workspace;
+use crate::session::Settings;
 use crate::state::bundle::Bundle;
+
+/// What a warm sandbox is made from, kept to hold its requests to.
+pub(super) struct Made {
+    pub rootfs: PathBuf,
+    pub image_env: Vec<String>,
+    pub policy: Policy,
+    pub session: Option<Settings>,
+}
 
 /// The owner of a warm sandbox (a pool): it is told when the sandbox
 /// waits, gives it one request, and gets the result before the sandbox is
@@ -57,49 +66,63 @@ pub(super) struct Fitter {
     image_env: Vec<String>,
     policy: Policy,
     range: Option<IdRange>,
+    /// The session the template runs in: its settings are every
+    /// request's defaults, as they are a cold call's.
+    session: Option<Settings>,
     /// The template's hardened spec, without its command.
     spec: Spec,
 }
 
 impl Fitter {
-    /// The template's image (its rootfs and environment) and policy, and
-    /// the id range its sandbox was built in.
+    /// The template's image (its rootfs and environment), policy and
+    /// session, and the id range its sandbox was built in.
     pub fn new(
         template: &CallRequest,
-        rootfs: PathBuf,
-        image_env: Vec<String>,
-        policy: Policy,
+        made: Made,
         range: Option<IdRange>,
         ws: &Workspace,
     ) -> Result<Self> {
         let mut fitter = Self {
             template: template.clone(),
-            rootfs,
-            image_env,
-            policy,
+            rootfs: made.rootfs,
+            image_env: made.image_env,
+            policy: made.policy,
             range,
+            session: made.session,
             spec: Spec::default(),
         };
         fitter.spec = without_command(fitter.harden(template, ws)?.spec);
         Ok(fitter)
     }
 
-    /// The request fitted, or why it does not fit.
-    pub fn fit(&self, req: &CallRequest, ws: &Workspace) -> std::result::Result<Fitted, String> {
-        self.same_sandbox_asked(req)?;
-        let hardened = self.harden(req, ws).map_err(|e| e.to_string())?;
+    /// The request fitted (with its session's defaults), or why it does
+    /// not fit.
+    pub fn fit(
+        &self,
+        req: CallRequest,
+        ws: &Workspace,
+    ) -> std::result::Result<(CallRequest, Fitted), String> {
+        let req = match &self.session {
+            Some(settings) if req.session.as_ref() == Some(&settings.name) => {
+                tighten::tighten(settings, &req).map_err(|e| e.to_string())?
+            }
+            _ => req,
+        };
+        self.same_sandbox_asked(&req)?;
+        let hardened = self.harden(&req, ws).map_err(|e| e.to_string())?;
         let process = hardened.spec.process().as_ref();
         let args = process.and_then(|p| p.args().clone()).unwrap_or_default();
         let env = process.and_then(|p| p.env().clone()).unwrap_or_default();
         if without_command(hardened.spec) != self.spec {
             return Err("its hardened spec differs from the warm sandbox's".to_owned());
         }
-        Ok(Fitted {
+        let fitted = Fitted {
             args,
             env,
             deadline: hardened.deadline,
             attestation: hardened.attestation,
-        })
+        };
+        Ok((req, fitted))
     }
 
     /// The request, resolved and hardened as a cold call of it would be.
@@ -108,11 +131,19 @@ impl Fitter {
             return Err(RuntimeError::invalid("runsbx call", "no command"));
         }
         plan::check_files(req)?;
-        let env = plan::environment(&self.image_env, "/tmp", &req.env);
+        // As CallPlan resolves it: a session's home is its workspace, its
+        // rootfs its writable layer over the image.
+        let home = if self.session.is_some() {
+            "/workspace"
+        } else {
+            "/tmp"
+        };
+        let env = plan::environment(&self.image_env, home, &req.env);
         plan::check_command(&self.rootfs, &req.command[0], &env)?;
+        let read_only = self.session.is_none();
         let source = Bundle {
             dir: ws.dir.clone(),
-            spec: plan::call_spec(&self.rootfs, req, env, true)?,
+            spec: plan::call_spec(&self.rootfs, req, env, read_only)?,
             rootfs: self.rootfs.clone(),
         };
         let overrides = plan::overrides(req)?;
@@ -132,8 +163,8 @@ impl Fitter {
     fn same_sandbox_asked(&self, req: &CallRequest) -> std::result::Result<(), String> {
         let t = &self.template;
         let differs = |what: &str| Err(format!("its {what} differs from the warm sandbox's"));
-        if req.session.is_some() {
-            return Err("it runs in a session".to_owned());
+        if req.session != t.session {
+            return differs("session");
         }
         if req.live != LiveOutput::Quiet {
             return Err("it streams its output".to_owned());
