@@ -127,12 +127,14 @@ sandbox() {
 }
 echo
 echo "tool calls on the python image (median of $call_runs, ms)"
+declare -A bwrap_ms=()
 for cmd in "/bin/true" "python3 -c pass"; do
     declare -A cm=()
     for tool in runsbx bwrap podman; do
         # shellcheck disable=SC2086
         cm[$tool]=$(median_cmd_ms sandbox $tool $cmd)
     done
+    bwrap_ms[$cmd]=${cm[bwrap]}
     printf '  %-16s runsbx %8s   bwrap %8s   podman %8s   runsbx/bwrap = %.2f   runsbx/podman = %.2f\n' \
         "$cmd" "${cm[runsbx]}" "${cm[bwrap]}" "${cm[podman]}" \
         "$(awk -v a="${cm[runsbx]}" -v b="${cm[bwrap]}" 'BEGIN{print a/b}')" \
@@ -161,6 +163,15 @@ for n in 2 8; do
     printf '  %d at once:  runsbx %6s   bwrap %6s   podman %6s\n' "$n" \
         "$(per_second "$n" runsbx)" "$(per_second "$n" bwrap)" "$(per_second "$n" podman)"
 done
+
+# --- The warm pool: a call that finds a sandbox ready (runsbx.Pool and
+# `runsbx serve` directly, the pool left 0.2 s to refill between calls),
+# calls per second with 2 and 8 at once, and a sustained run of
+# SUSTAINED calls (default 2000) 2 at a time (hack/pool-bench.py).
+echo
+echo "warm pool on the python image (p50/p99 of $call_runs calls, ms)"
+python3 hack/pool-bench.py "$runsbx" "$call_runs" "${SUSTAINED:-2000}" \
+    "${bwrap_ms[/bin/true]}" "${bwrap_ms[python3 -c pass]}"
 
 # --- A session's calls against plain ones: the session's disk mounted,
 # its overlay made and its workspace bound, per call.

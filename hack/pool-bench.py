@@ -5,7 +5,10 @@ line each way), calls per second with 2 and 8 at once, and a sustained
 run. Prints one line per figure; times are of the whole call as the
 caller sees it.
 
-    hack/pool-bench.py RUNSBX_BINARY [RUNS] [SUSTAINED]
+    hack/pool-bench.py RUNSBX_BINARY [RUNS] [SUSTAINED] [BWRAP_TRUE_MS BWRAP_PY_MS]
+
+With bubblewrap's cold medians of the same run (from hack/bench.sh), the
+warm medians are also printed as ratios to them.
 
 A warm call is one that finds a sandbox ready: an agent's tool calls come
 seconds apart (the model thinks between them), so the latency runs leave
@@ -92,13 +95,15 @@ def main():
     binary = sys.argv[1]
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 50
     sustained = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
-    for cmd in (["/bin/true"], ["python3", "-c", "pass"]):
+    bwrap = [float(x) for x in sys.argv[4:6]] if len(sys.argv) > 5 else [None, None]
+    for cmd, cold in zip((["/bin/true"], ["python3", "-c", "pass"]), bwrap):
         name = " ".join(cmd)
         c = warm_client(binary, cmd, runs)
         s = warm_serve(binary, cmd, runs)
+        ratio = f"   Pool.run p50/bwrap cold = {pct(c, 50) * 1000 / cold:.2f}" if cold else ""
         print(
             f"  {name:<16} Pool.run p50 {ms(pct(c, 50))} p99 {ms(pct(c, 99))}   "
-            f"serve p50 {ms(pct(s, 50))} p99 {ms(pct(s, 99))}"
+            f"serve p50 {ms(pct(s, 50))} p99 {ms(pct(s, 99))}{ratio}"
         )
     cmd = ["python3", "-c", "pass"]
     for n in (2, 8):

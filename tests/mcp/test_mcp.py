@@ -358,6 +358,38 @@ class McpTest(unittest.TestCase):
         self.assertNotIn(name, session_names())
         self.assert_no_new_sessions()
 
+    def test_calls_run_in_the_sessions_pool(self) -> None:
+        def pool_processes(name: str) -> List[str]:
+            found = []
+            for pid in filter(str.isdigit, os.listdir("/proc")):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        argv = f.read().split(b"\0")
+                except OSError:
+                    continue
+                if f"--session={name}".encode() in argv and (b"serve" in argv or b"pool-worker" in argv):
+                    found.append(pid)
+            return found
+
+        async def go() -> str:
+            async with self.connect() as s:
+                first = await self.call(s, "run_command", {"command": "echo 1 > /tmp/x; echo one"})
+                name = first["session"]
+                # The session's pool: `runsbx serve` and the worker whose
+                # sandbox waits for the next call.
+                self.assertTrue(pool_processes(name), self.server_log())
+                second = await self.call(s, "run_command", {"command": "ls -A /tmp; echo two"})
+                self.assertEqual(second["stdout"]["data"], "two\n", second)
+                self.assertEqual(second["exit_code"], 0)
+                return name
+
+        name = self.run_async(go)
+        deadline = time.monotonic() + 20
+        while pool_processes(name) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(pool_processes(name), [], "the pool outlived its connection")
+        self.assert_no_new_sessions()
+
     def test_disconnect_during_a_call_removes_the_session(self) -> None:
         async def go() -> float:
             async with self.connect() as s:

@@ -82,6 +82,10 @@ pub struct Mcp {
     /// file read_file returns
     #[arg(long, default_value = "1M", allow_hyphen_values = true)]
     pub max_output: String,
+    /// Run every call cold, instead of in the next sandbox of the session's
+    /// pool (`runsbx serve --session`, made between calls; docs/pool.md)
+    #[arg(long)]
+    pub no_pool: bool,
 }
 
 impl Mcp {
@@ -136,7 +140,8 @@ pub fn run(args: Mcp, root: Option<PathBuf>, config: Option<PathBuf>) -> Result<
         .enable_all()
         .build()
         .context("start the async runtime")?;
-    let runner = runner::Runner::new(root, config).context("find runsbx's own binary")?;
+    let runner =
+        runner::Runner::new(root, config, !args.no_pool).context("find runsbx's own binary")?;
     let result = rt.block_on(serve(args, runner, max_output_bytes));
     // A blocking read of stdin may still be pending; nothing is left to do.
     rt.shutdown_background();

@@ -14,6 +14,7 @@
 //! ```text
 //! -> {"id": 1, "argv": ["--json", "--", "python3", "-c", "pass"], "stdin": null}
 //! <- {"id": 1, "exit_code": 0, "result": {"schema": "runsbx.call/v1", ...}, "warm": true}
+//! -> {"cancel": 1}      (SIGTERM to that call: it ends `interrupted`)
 //! ```
 //!
 //! The pool ends when stdin closes (or, with `--socket`, on SIGTERM or
@@ -23,7 +24,7 @@
 
 mod worker;
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -299,23 +300,116 @@ fn serve_connection(pool: &Arc<Pool>, conn: UnixStream) {
     serve_lines(pool, BufReader::new(conn), out);
 }
 
+/// A connection's requests, by id: a `{"cancel": ID}` line sends SIGTERM
+/// to the process running one (the call kills its sandbox and reports
+/// `interrupted`, as `runsbx call` does on SIGTERM); one that has no
+/// process yet gets it as soon as it has one.
+type Running = Arc<Mutex<HashMap<String, Run>>>;
+
+#[derive(Clone, Copy)]
+enum Run {
+    /// Waiting for a sandbox.
+    Pending,
+    /// Cancelled: every process that takes it up gets SIGTERM (a worker
+    /// that got it is never handed out again).
+    Cancelled,
+    /// Run by this process (a worker, or a cold `runsbx call`).
+    By(u32),
+}
+
+fn cancel(running: &Running, key: &str) {
+    let mut running = lock(running);
+    match running.get(key).copied() {
+        Some(Run::Pending) => {
+            running.insert(key.to_owned(), Run::Cancelled);
+        }
+        Some(Run::By(pid)) => {
+            terminate(pid);
+            running.insert(key.to_owned(), Run::Cancelled);
+        }
+        Some(Run::Cancelled) | None => {}
+    }
+}
+
+fn terminate(pid: u32) {
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+}
+
+/// A request's entry in [`Running`], removed when it is answered.
+struct RunningAs<'a> {
+    running: &'a Running,
+    key: String,
+}
+
+impl<'a> RunningAs<'a> {
+    fn pending(running: &'a Running, key: &str) -> Self {
+        lock(running).insert(key.to_owned(), Run::Pending);
+        Self {
+            running,
+            key: key.to_owned(),
+        }
+    }
+
+    fn cancelled(&self) -> bool {
+        matches!(lock(self.running).get(&self.key), Some(Run::Cancelled))
+    }
+
+    /// The request runs in process `pid` (again Pending when `None`).
+    fn run_by(&self, pid: Option<u32>) {
+        let mut running = lock(self.running);
+        let cancelled = matches!(running.get(&self.key), Some(Run::Cancelled));
+        match pid {
+            Some(pid) if cancelled => terminate(pid),
+            Some(pid) => {
+                running.insert(self.key.clone(), Run::By(pid));
+            }
+            None if cancelled => {}
+            None => {
+                running.insert(self.key.clone(), Run::Pending);
+            }
+        }
+    }
+}
+
+impl Drop for RunningAs<'_> {
+    fn drop(&mut self) {
+        lock(self.running).remove(&self.key);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Serves each request line in a thread of its own; returns at EOF once
 /// every request has its reply.
 fn serve_lines(pool: &Arc<Pool>, input: impl BufRead, out: Arc<Mutex<Box<dyn Write + Send>>>) {
+    let running: Running = Arc::default();
     let mut handlers = Vec::new();
     for line in input.lines() {
         let Ok(line) = line else { break };
         if line.trim().is_empty() {
             continue;
         }
+        let msg: Value = match serde_json::from_str(&line) {
+            Ok(v) => v,
+            Err(e) => {
+                let error = format!("the request is not JSON: {e}");
+                write_line(&out, &json!({"id": null, "error": error}).to_string());
+                continue;
+            }
+        };
+        if let Some(id) = msg.get("cancel") {
+            cancel(&running, &id.to_string());
+            continue;
+        }
         let pool = pool.clone();
         let out = out.clone();
+        let running = running.clone();
         handlers.push(std::thread::spawn(move || {
-            let reply = pool.serve(&line);
-            let mut out = out.lock().unwrap_or_else(|e| e.into_inner());
-            let _ = out.write_all(reply.as_bytes());
-            let _ = out.write_all(b"\n");
-            let _ = out.flush();
+            let reply = pool.serve(&msg, &running);
+            write_line(&out, &reply);
         }));
         handlers.retain(|h| !h.is_finished());
     }
@@ -324,21 +418,22 @@ fn serve_lines(pool: &Arc<Pool>, input: impl BufRead, out: Arc<Mutex<Box<dyn Wri
     }
 }
 
+fn write_line(out: &Mutex<Box<dyn Write + Send>>, line: &str) {
+    let mut out = lock(out);
+    let _ = out.write_all(line.as_bytes());
+    let _ = out.write_all(b"\n");
+    let _ = out.flush();
+}
+
 impl Pool {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One request line to its reply.
-    fn serve(self: &Arc<Self>, line: &str) -> String {
-        let msg: Value = match serde_json::from_str(line) {
-            Ok(v) => v,
-            Err(e) => {
-                return json!({"id": null, "error": format!("the request is not JSON: {e}")})
-                    .to_string()
-            }
-        };
+    /// One request to its reply.
+    fn serve(self: &Arc<Self>, msg: &Value, running: &Running) -> String {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
+        let key = id.to_string();
         let argv = match msg.get("argv").and_then(Value::as_array) {
             Some(a) if a.iter().all(Value::is_string) => a.clone(),
             _ => {
@@ -347,13 +442,23 @@ impl Pool {
         };
         let stdin = msg.get("stdin").cloned().unwrap_or(Value::Null);
         self.lock().serving += 1;
-        let reply = match self.warm(&argv, &stdin) {
+        let run = RunningAs::pending(running, &key);
+        let reply = match self.warm(&argv, &stdin, &run) {
             Some(reply) => reply,
-            None => Reply::Cold(self.cold(&argv, &stdin)),
+            None => Reply::Cold(self.cold(&argv, &stdin, &run)),
         };
+        drop(run);
         {
             let mut s = self.lock();
             s.serving -= 1;
+            // A session's next sandbox is started now, before the reply
+            // goes out, so that the next request waits for it.
+            let wanted = s.ready.len() + s.starting < self.size;
+            if self.session && s.serving == 0 && wanted && s.failures == 0 && !s.closing {
+                s.starting += 1;
+                let pool = self.clone();
+                std::thread::spawn(move || pool.start_worker());
+            }
         }
         self.changed.notify_all();
         let id = serde_json::to_string(&id).unwrap_or_else(|_| "null".to_owned());
@@ -371,14 +476,20 @@ impl Pool {
     }
 
     /// The request in a ready sandbox; `None` if none can take it.
-    fn warm(self: &Arc<Self>, argv: &[Value], stdin: &Value) -> Option<Reply> {
+    fn warm(self: &Arc<Self>, argv: &[Value], stdin: &Value, run: &RunningAs<'_>) -> Option<Reply> {
         let mut w = self.take()?;
+        run.run_by(Some(w.child.id()));
         let request = json!({"argv": argv, "stdin": stdin});
         let mut line = String::new();
         let asked = serde_json::to_writer(&mut w.to, &request).is_ok()
             && w.to.write_all(b"\n").is_ok()
             && w.to.flush().is_ok();
-        if !asked || !matches!(w.from.read_line(&mut line), Ok(n) if n > 0) {
+        let answered = asked && matches!(w.from.read_line(&mut line), Ok(n) if n > 0);
+        // The worker is done with the request: a late cancel must not
+        // reach it while it tears its sandbox down.
+        let cancelled = run.cancelled();
+        run.run_by(None);
+        if !answered {
             // The worker died: its watchdog removes its sandbox.
             self.reap(w);
             return None;
@@ -386,9 +497,10 @@ impl Pool {
         if line.starts_with("{\"declined\"") {
             let why: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
             tracing::debug!("run cold: {}", why["declined"].as_str().unwrap_or_default());
-            if self.session {
-                // The warm sandbox holds the session: the cold call would
-                // wait for it forever. It goes, and another is made.
+            if self.session || cancelled {
+                // The warm sandbox holds the session (the cold call would
+                // wait for it forever), or it got the request's SIGTERM:
+                // it goes, and another is made.
                 self.reap(w);
             } else {
                 self.give_back(w);
@@ -405,7 +517,7 @@ impl Pool {
     }
 
     /// The request as `runsbx call` of its arguments.
-    fn cold(&self, argv: &[Value], stdin: &Value) -> Value {
+    fn cold(&self, argv: &[Value], stdin: &Value, run: &RunningAs<'_>) -> Value {
         let args: Vec<&str> = argv.iter().filter_map(Value::as_str).collect();
         let data = match stdin.as_str() {
             Some(b64) => {
@@ -431,6 +543,7 @@ impl Pool {
             Ok(c) => c,
             Err(e) => return json!({"error": format!("run runsbx call: {e}")}),
         };
+        run.run_by(Some(child.id()));
         if let (Some(mut pipe), Some(data)) = (child.stdin.take(), data) {
             std::thread::spawn(move || {
                 let _ = pipe.write_all(&data);

@@ -449,3 +449,50 @@ fn a_session_is_pooled(fx: Fixture) {
     fx.assert_clean();
 }
 as_root_and_rootless!(RUNSBX, a_session_is_pooled: session_as_root, session_rootless);
+
+/// `{"cancel": ID}`: the call running request ID gets SIGTERM and ends
+/// `interrupted`, its sandbox killed, as `runsbx call` given SIGTERM.
+fn a_call_can_be_cancelled(fx: Fixture) {
+    let rootfs = rootfs_arg();
+    let mut pool = Serve::start(&fx, 1);
+    // Its own in each test process and fixture (root and rootless run at
+    // once).
+    let mark = format!(
+        "7{}{:06}",
+        u8::from(fx.rootless()),
+        std::process::id() % 1_000_000
+    );
+    let id = pool.send(&sh_args(&rootfs, &[], &format!("sleep {mark}")), None);
+    kit::wait_until("the call's sleep to run", Duration::from_secs(20), || {
+        have_process_with(&mark)
+    });
+    let to = to_of(&mut pool);
+    writeln!(to, "{}", json!({"cancel": id})).unwrap();
+    to.flush().unwrap();
+    let r = pool.reply();
+    assert_eq!(r["id"], id, "{r}");
+    assert_eq!(r["warm"], true, "{r}");
+    assert_eq!(r["result"]["status"], "interrupted", "{r}");
+    assert!(!have_process_with(&mark), "the sandbox outlived the cancel");
+    // A cancel of a request that is not running changes nothing.
+    let to = to_of(&mut pool);
+    writeln!(to, "{}", json!({"cancel": 999})).unwrap();
+    to.flush().unwrap();
+    let r = pool.call(&sh_args(&rootfs, &[], "echo after"));
+    assert_eq!(r["result"]["stdout"]["data"], "after\n", "{r}");
+    pool.close();
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, a_call_can_be_cancelled: cancel_as_root, cancel_rootless);
+
+fn to_of(pool: &mut Serve) -> &mut ChildStdin {
+    pool.to.as_mut().unwrap()
+}
+
+/// Whether a host process has `token` as an argument.
+fn have_process_with(token: &str) -> bool {
+    fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        let cmdline = fs::read(e.path().join("cmdline")).unwrap_or_default();
+        cmdline.split(|b| *b == 0).any(|w| w == token.as_bytes())
+    })
+}

@@ -64,6 +64,9 @@ impl Sessions {
                 (session_name(&made)?, true)
             }
         };
+        if made_default {
+            runner.allow_pool(&default).await;
+        }
         tracing::info!(session = %default, made = made_default, "mcp: serving");
         Ok(Self {
             default,
@@ -104,6 +107,7 @@ impl Sessions {
         }
         let made = create(runner, name, &self.create_flags).await?;
         let name = session_name(&made).map_err(|e| ToolError::failure(format!("{e:#}")))?;
+        runner.allow_pool(&name).await;
         if let Ok(mut created) = self.created.lock() {
             created.push(name);
         }
@@ -118,6 +122,8 @@ impl Sessions {
                  can be closed (the connection's own is removed when the client disconnects)"
             )));
         }
+        // The pool holds the session between calls.
+        runner.close_pool(name).await;
         let done = runner
             .admin(&["session", "rm", name])
             .await
@@ -134,6 +140,8 @@ impl Sessions {
     /// Removes every session this server made, waiting for calls that are
     /// still ending. The operator's named session stays.
     pub async fn remove_all(&self, runner: &Runner) -> Result<()> {
+        // Each pool holds its session between calls.
+        runner.close_pools().await;
         let mut names = self.created_now();
         if self.made_default {
             names.push(self.default.clone());
