@@ -13,6 +13,47 @@ use runsbx_runtime::StateRoot;
 /// Run one command in a fresh sandbox and report how it went
 #[derive(Args, Debug)]
 pub struct Call {
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
+    /// Environment variable for the command (repeatable); runsbx's own
+    /// environment never reaches the sandbox
+    #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// The command's stdin: a file, or `-` for runsbx's own (default: empty)
+    #[arg(long, value_name = "FILE|-")]
+    pub stdin: Option<String>,
+    /// Copy a host file or directory into /workspace (repeatable)
+    #[arg(long = "input", short = 'i', value_name = "HOST_PATH[:SANDBOX_PATH]")]
+    pub inputs: Vec<String>,
+    /// Copy files matching this glob (relative to /workspace) out afterwards (repeatable)
+    #[arg(long = "output", short = 'o', value_name = "SANDBOX_GLOB")]
+    pub outputs: Vec<String>,
+    /// Where --output files are written (default: the current directory)
+    #[arg(long, default_value = ".")]
+    pub output_dir: PathBuf,
+    /// Bytes kept of each of stdout and stderr (the first and last halves)
+    #[arg(long, default_value = "1M", allow_hyphen_values = true)]
+    pub max_output: String,
+    /// Largest --output file copied out
+    #[arg(long, default_value = "64M", allow_hyphen_values = true)]
+    pub max_output_file: String,
+    /// Print one JSON result (schema runsbx.call/v1) instead of the output
+    #[arg(long)]
+    pub json: bool,
+    /// Print JSON Lines while the command runs: {"type": "stdout"|"stderr",
+    /// "data", "encoding", "t_ms"} chunks as they come ({"type": "capped"}
+    /// once --max-output's head is full), then the JSON result as the last line
+    #[arg(long, conflicts_with = "json")]
+    pub stream: bool,
+    /// The command and its arguments
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// What shapes a call's sandbox: `call`'s flags, and `serve`'s for the
+/// sandboxes its pool keeps.
+#[derive(Args, Debug, Clone)]
+pub struct SandboxArgs {
     /// The image to run on (default: python; see `runsbx image ls`)
     #[arg(long, conflicts_with = "rootfs")]
     pub image: Option<String>,
@@ -40,41 +81,43 @@ pub struct Call {
     /// Process limit, no higher than the profile's
     #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(u64).range(1..))]
     pub pids: Option<u64>,
-    /// Environment variable for the command (repeatable); runsbx's own
-    /// environment never reaches the sandbox
-    #[arg(long = "env", short = 'e', value_name = "KEY=VALUE")]
-    pub env: Vec<String>,
-    /// The command's stdin: a file, or `-` for runsbx's own (default: empty)
-    #[arg(long, value_name = "FILE|-")]
-    pub stdin: Option<String>,
-    /// Copy a host file or directory into /workspace (repeatable)
-    #[arg(long = "input", short = 'i', value_name = "HOST_PATH[:SANDBOX_PATH]")]
-    pub inputs: Vec<String>,
-    /// Copy files matching this glob (relative to /workspace) out afterwards (repeatable)
-    #[arg(long = "output", short = 'o', value_name = "SANDBOX_GLOB")]
-    pub outputs: Vec<String>,
-    /// Where --output files are written (default: the current directory)
-    #[arg(long, default_value = ".")]
-    pub output_dir: PathBuf,
-    /// Bytes kept of each of stdout and stderr (the first and last halves)
-    #[arg(long, default_value = "1M", allow_hyphen_values = true)]
-    pub max_output: String,
-    /// Largest --output file copied out
-    #[arg(long, default_value = "64M", allow_hyphen_values = true)]
-    pub max_output_file: String,
     #[command(flatten)]
     pub egress: EgressArgs,
-    /// Print one JSON result (schema runsbx.call/v1) instead of the output
-    #[arg(long)]
-    pub json: bool,
-    /// Print JSON Lines while the command runs: {"type": "stdout"|"stderr",
-    /// "data", "encoding", "t_ms"} chunks as they come ({"type": "capped"}
-    /// once --max-output's head is full), then the JSON result as the last line
-    #[arg(long, conflicts_with = "json")]
-    pub stream: bool,
-    /// The command and its arguments
-    #[arg(last = true, required = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
+}
+
+impl SandboxArgs {
+    /// The flags again, each one argument (`--memory=256M`), as `call`
+    /// parses them.
+    pub fn to_flags(&self) -> Vec<String> {
+        let mut flags = Vec::new();
+        let mut one = |flag: &str, value: Option<String>| {
+            if let Some(v) = value {
+                flags.push(format!("--{flag}={v}"));
+            }
+        };
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| p.display().to_string());
+        one("image", self.image.clone());
+        one("rootfs", path(&self.rootfs));
+        one("session", self.session.clone());
+        one("data-dir", path(&self.data_dir));
+        one("profile", self.profile.clone());
+        one("timeout", self.timeout.clone());
+        one("memory", self.memory.clone());
+        one("pids", self.pids.map(|p| p.to_string()));
+        let e = &self.egress;
+        flags.extend(e.allow_host.iter().map(|h| format!("--allow-host={h}")));
+        flags.extend(
+            e.proxy_resolve
+                .iter()
+                .map(|r| format!("--proxy-resolve={r}")),
+        );
+        flags.extend(
+            e.proxy_allow_address
+                .iter()
+                .map(|a| format!("--proxy-allow-address={a}")),
+        );
+        flags
+    }
 }
 
 /// Runs the call; returns runsbx's exit code.
@@ -148,25 +191,26 @@ pub fn run(root: &StateRoot, args: Call, config: Option<PathBuf>) -> Result<i32>
 }
 
 pub(crate) fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest> {
+    let sandbox = args.sandbox;
     let size = |flag: &str, text: &str| -> Result<u64> {
         runsbx_policy::profile::parse_size(text)
             .map_err(|e| anyhow::anyhow!("--{flag} {text:?}: {e}"))
     };
     let max_output = size("max-output", &args.max_output)?;
     let max_output_file = size("max-output-file", &args.max_output_file)?;
-    if let Some(m) = &args.memory {
+    if let Some(m) = &sandbox.memory {
         size("memory", m)?;
     }
     Ok(CallRequest {
-        image: args.image,
-        rootfs: args.rootfs,
-        session: args.session,
-        data_dir: args.data_dir,
+        image: sandbox.image,
+        rootfs: sandbox.rootfs,
+        session: sandbox.session,
+        data_dir: sandbox.data_dir,
         config,
-        profile: args.profile,
-        timeout: args.timeout.as_deref().map(parse_duration).transpose()?,
-        memory: args.memory,
-        pids: args.pids,
+        profile: sandbox.profile,
+        timeout: sandbox.timeout.as_deref().map(parse_duration).transpose()?,
+        memory: sandbox.memory,
+        pids: sandbox.pids,
         env: args
             .env
             .iter()
@@ -186,7 +230,7 @@ pub(crate) fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest
         output_dir: args.output_dir,
         max_output: usize::try_from(max_output)?,
         max_output_file,
-        egress: args.egress.plan()?,
+        egress: sandbox.egress.plan()?,
         command: args.command,
         live: match (args.json, args.stream) {
             (_, true) => LiveOutput::Stream,

@@ -54,35 +54,10 @@ pub struct Serve {
     /// Start no sandbox while the host has less memory available than this
     #[arg(long, default_value = "256M")]
     pub min_available: String,
-    /// The sandboxes' image (as `runsbx call --image`)
-    #[arg(long, conflicts_with = "rootfs")]
-    pub image: Option<String>,
-    /// A root filesystem directory to run on instead of an image (as
-    /// `runsbx call --rootfs`)
-    #[arg(long)]
-    pub rootfs: Option<PathBuf>,
-    /// Keep a sandbox of this session ready (`runsbx session create`):
-    /// one at a time, since a session's calls run one after another
-    #[arg(long, conflicts_with = "rootfs")]
-    pub session: Option<String>,
-    /// runsbx's data directory, where images are kept
-    #[arg(long, env = "RUNSBX_DATA_DIR")]
-    pub data_dir: Option<PathBuf>,
-    /// The sandboxes' profile (as `runsbx call --profile`)
-    #[arg(long)]
-    pub profile: Option<String>,
-    /// The sandboxes' deadline (as `runsbx call --timeout`); a request may
-    /// give its own
-    #[arg(long)]
-    pub timeout: Option<String>,
-    /// The sandboxes' memory limit (as `runsbx call --memory`)
-    #[arg(long)]
-    pub memory: Option<String>,
-    /// The sandboxes' process limit (as `runsbx call --pids`)
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    pub pids: Option<u64>,
+    /// The sandboxes: as `runsbx call` makes them (a request may give its
+    /// own deadline)
     #[command(flatten)]
-    pub egress: crate::call_cmd::EgressArgs,
+    pub sandbox: crate::call_cmd::SandboxArgs,
 }
 
 /// How runsbx is run again: the same binary and global flags.
@@ -142,10 +117,10 @@ struct Pool {
 pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Result<i32> {
     let min_available = runsbx_policy::profile::parse_size(&args.min_available)
         .map_err(|e| anyhow::anyhow!("--min-available {:?}: {e}", args.min_available))?;
-    if let Some(t) = &args.timeout {
+    if let Some(t) = &args.sandbox.timeout {
         crate::call_cmd::parse_duration(t)?;
     }
-    let size = match (args.size, &args.session) {
+    let size = match (args.size, &args.sandbox.session) {
         (Some(n), Some(_)) if n > 1 => anyhow::bail!(
             "--size {n} with --session: a session's calls run one at a time, so its pool \
              holds one sandbox (leave --size out)"
@@ -169,7 +144,7 @@ pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Resul
         runsbx,
         worker_args: worker_args(&args),
         size: usize::from(size),
-        session: args.session.is_some(),
+        session: args.sandbox.session.is_some(),
         min_available,
         state: Mutex::new(State {
             ready: VecDeque::new(),
@@ -239,34 +214,7 @@ pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Resul
 /// The worker's command line: the template as `call` flags.
 fn worker_args(args: &Serve) -> Vec<String> {
     let mut a = vec!["pool-worker".to_owned(), "--json".to_owned()];
-    let mut opt = |flag: &str, v: Option<String>| {
-        if let Some(v) = v {
-            a.push(format!("--{flag}={v}"));
-        }
-    };
-    opt("session", args.session.clone());
-    opt("image", args.image.clone());
-    opt(
-        "rootfs",
-        args.rootfs.as_ref().map(|d| d.display().to_string()),
-    );
-    opt(
-        "data-dir",
-        args.data_dir.as_ref().map(|d| d.display().to_string()),
-    );
-    opt("profile", args.profile.clone());
-    opt("timeout", args.timeout.clone());
-    opt("memory", args.memory.clone());
-    opt("pids", args.pids.map(|p| p.to_string()));
-    for h in &args.egress.allow_host {
-        a.push(format!("--allow-host={h}"));
-    }
-    for r in &args.egress.proxy_resolve {
-        a.push(format!("--proxy-resolve={r}"));
-    }
-    for r in &args.egress.proxy_allow_address {
-        a.push(format!("--proxy-allow-address={r}"));
-    }
+    a.extend(args.sandbox.to_flags());
     // The template's command: a placeholder the image must have (a
     // request's own command replaces it).
     a.extend(["--".to_owned(), "true".to_owned()]);
