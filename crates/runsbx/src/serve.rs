@@ -248,6 +248,10 @@ fn serve_connection(pool: &Arc<Pool>, conn: UnixStream) {
     serve_lines(pool, BufReader::new(conn), out);
 }
 
+/// Requests one connection may have in flight (each a thread, and when it
+/// runs cold a process); further lines wait.
+const MAX_IN_FLIGHT: usize = 64;
+
 /// A connection's requests, by id: a `{"cancel": ID}` line sends SIGTERM
 /// to the process running one (the call kills its sandbox and reports
 /// `interrupted`, as `runsbx call` does on SIGTERM); one that has no
@@ -352,6 +356,12 @@ fn serve_lines(pool: &Arc<Pool>, input: impl BufRead, out: Arc<Mutex<Box<dyn Wri
             cancel(&running, &id.to_string());
             continue;
         }
+        handlers.retain(|h: &std::thread::JoinHandle<()>| !h.is_finished());
+        if handlers.len() >= MAX_IN_FLIGHT {
+            // Backpressure: the next line waits for the oldest request.
+            let oldest = handlers.remove(0);
+            let _ = oldest.join();
+        }
         let pool = pool.clone();
         let out = out.clone();
         let running = running.clone();
@@ -359,7 +369,6 @@ fn serve_lines(pool: &Arc<Pool>, input: impl BufRead, out: Arc<Mutex<Box<dyn Wri
             let reply = pool.serve(&msg, &running);
             write_line(&out, &reply);
         }));
-        handlers.retain(|h| !h.is_finished());
     }
     for h in handlers {
         let _ = h.join();
