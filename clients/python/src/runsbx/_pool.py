@@ -144,9 +144,15 @@ class Pool:
                 with self._lock:
                     self._pending.pop(rid, None)
                 raise ProtocolError(f"the pool has ended{self._why()}") from None
-            if not pending.done.wait(inv.wall_timeout):
-                with self._lock:
-                    self._pending.pop(rid, None)
+            try:
+                done = pending.done.wait(inv.wall_timeout)
+            except BaseException:
+                # KeyboardInterrupt and the like: the call is cancelled (its
+                # sandbox killed), as run() stops runsbx.
+                self._cancel(rid)
+                raise
+            if not done:
+                self._cancel(rid)
                 inv.overran = True
                 return inv.finish(-1, None, b"")
             reply = pending.reply
@@ -166,6 +172,18 @@ class Pool:
             return inv.finish(code if isinstance(code, int) else -1, line_out, stderr)
         finally:
             inv.cleanup()
+
+    def _cancel(self, rid: int) -> None:
+        """Forgets request ``rid`` and has the pool send SIGTERM to its call."""
+        with self._lock:
+            self._pending.pop(rid, None)
+        try:
+            with self._write_lock:
+                stdin = self._stdin()
+                stdin.write((json.dumps({"cancel": rid}) + "\n").encode("utf-8"))
+                stdin.flush()
+        except (OSError, ValueError):
+            pass
 
     def close(self) -> None:
         """Ends the pool: its unused sandboxes are let go, and ``runsbx

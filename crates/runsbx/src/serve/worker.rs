@@ -135,12 +135,14 @@ pub fn run(root: &StateRoot, template: Call, config: Option<PathBuf>) -> Result<
     Ok(0)
 }
 
-/// A sealed-size anonymous file holding `data`, read from its start.
+/// An anonymous file holding `data`, opened read-only from its start (as
+/// a cold call opens `--stdin FILE`).
 fn memfd_with(data: &[u8]) -> Result<OwnedFd> {
     use nix::sys::memfd::{memfd_create, MemFdCreateFlag};
+    use std::os::fd::AsRawFd;
     let fd = memfd_create(c"runsbx-stdin", MemFdCreateFlag::MFD_CLOEXEC)?;
     let mut file = std::fs::File::from(fd);
     file.write_all(data)?;
-    std::io::Seek::rewind(&mut file)?;
-    Ok(file.into())
+    let read_only = std::fs::File::open(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+    Ok(read_only.into())
 }
