@@ -176,6 +176,17 @@ pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Resul
             let _ = end.send(());
         });
     }
+    // The first sandboxes are on their way before the first request is
+    // read (a request finds them starting, and waits for one).
+    if memory_available() >= pool.min_available {
+        let mut s = pool.lock();
+        s.starting = pool.size;
+        drop(s);
+        for _ in 0..pool.size {
+            let pool = pool.clone();
+            std::thread::spawn(move || pool.start_worker());
+        }
+    }
     {
         let pool = pool.clone();
         std::thread::spawn(move || pool.fill());
