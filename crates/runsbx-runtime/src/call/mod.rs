@@ -227,20 +227,34 @@ fn run(
     result.record_streams(out, err, tails);
     // Before the result is printed, what went out live is all written.
     writers.finish();
+    // The outputs are read once nothing of the sandbox can write them:
+    // once its init was reaped (the kernel ends the rest of a pid
+    // namespace before that), or else after the teardown. A pool's caller
+    // then gets the result without waiting for the teardown.
+    let settled = end.reaped();
     result.record_end(end);
-    // Every process of the sandbox is gone with its init (the kernel ends
-    // a pid namespace's processes before its init's exit is reaped): the
-    // workspace holds the outputs for good.
-    if !req.outputs.is_empty() {
-        result.outputs =
-            workspace::collect_outputs(&ws.dir, &req.outputs, &req.output_dir, req.max_output_file);
-    }
-    if let Some(hold) = hold {
-        // A pool's caller does not wait for the teardown.
-        result.duration_ms = taken_at.elapsed().as_secs_f64() * 1000.0;
-        hold.reply(result, tails);
+    let mut hold = hold;
+    let mut deliver = |result: &mut CallResult, tails: &Tails| {
+        if !req.outputs.is_empty() {
+            result.outputs = workspace::collect_outputs(
+                &ws.dir,
+                &req.outputs,
+                &req.output_dir,
+                req.max_output_file,
+            );
+        }
+        if let Some(hold) = hold.take() {
+            result.duration_ms = taken_at.elapsed().as_secs_f64() * 1000.0;
+            hold.reply(result, tails);
+        }
+    };
+    if settled {
+        deliver(result, tails);
     }
     sandbox.remove()?;
+    if !settled {
+        deliver(result, tails);
+    }
     ws.unmount()?;
     drop(lock);
     drop(watchdog);

@@ -32,6 +32,14 @@ pub(crate) enum End {
     Interrupted(Signal),
 }
 
+impl End {
+    /// Whether the sandbox's init was reaped (it ended by itself). A
+    /// killed sandbox's may not have been when the streams closed.
+    pub(crate) fn reaped(&self) -> bool {
+        matches!(self, End::Exited(_) | End::Signaled(_))
+    }
+}
+
 /// How long the streams are read after the sandbox's init has exited: the
 /// kernel kills the rest of its pid namespace, and their pipe ends close.
 const DRAIN: Duration = Duration::from_secs(2);
