@@ -12,7 +12,8 @@ pub const PREFIX: &str = "runsbx.";
 /// Picks another profile, among the operator's `selectable` ones.
 pub const PROFILE: &str = "runsbx.profile";
 /// Narrows the profile's egress allowlist: comma-separated entries, each
-/// one of the profile's own.
+/// one of the profile's own; or a JSON array of them, for entries that
+/// name methods (`["GET,HEAD github.com/org/**", "pypi.org"]`).
 pub const EGRESS_ALLOW: &str = "runsbx.egress.allow";
 /// A wall-clock deadline (`30s`): at most the profile's.
 pub const TIMEOUT: &str = "runsbx.timeout";
@@ -85,7 +86,13 @@ impl Overrides {
             let size = || parse_size(value).map(Size).map_err(|e| bad(&e));
             match key.as_str() {
                 EGRESS_ALLOW => {
-                    let kept = value.split(',').map(str::trim).filter(|e| !e.is_empty());
+                    let kept: Vec<String> = if value.trim_start().starts_with('[') {
+                        serde_json::from_str::<Vec<String>>(value)
+                            .map_err(|_| bad("not a JSON array of strings"))?
+                    } else {
+                        value.split(',').map(str::to_owned).collect()
+                    };
+                    let kept = kept.iter().map(|e| e.trim()).filter(|e| !e.is_empty());
                     wanted.egress = Some(EgressOverride::Narrow(kept.map(str::to_owned).collect()));
                 }
                 PROFILE => wanted.profile = Some(value.clone()),
@@ -222,6 +229,27 @@ mod tests {
         );
         let narrowed = egress_of(&[(EGRESS_ALLOW, " pypi.org ")], &profile)?;
         assert_eq!(allow(narrowed), Some(vec!["pypi.org".to_owned()]));
+        // Entries with methods carry commas: a JSON array holds them.
+        let mut with_rules = profile.clone();
+        with_rules
+            .egress
+            .allow
+            .push("GET,HEAD github.com/org/**".to_owned());
+        let narrowed = egress_of(
+            &[(
+                EGRESS_ALLOW,
+                r#"["GET,HEAD github.com/org/**", " pypi.org"]"#,
+            )],
+            &with_rules,
+        )?;
+        assert_eq!(
+            allow(narrowed),
+            Some(vec![
+                "GET,HEAD github.com/org/**".to_owned(),
+                "pypi.org".to_owned()
+            ])
+        );
+        assert!(egress_of(&[(EGRESS_ALLOW, "[\"pypi.org\"")], &with_rules).is_err());
         // Narrowed to nothing: no egress at all.
         assert_eq!(egress_of(&[(EGRESS_ALLOW, "")], &profile)?, None);
         for wider in ["evil.com", "pypi.org,evil.com", "*.org", "pypi.org:8080"] {

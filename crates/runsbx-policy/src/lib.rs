@@ -11,6 +11,7 @@ pub mod annotations;
 pub mod bounds;
 pub mod harden;
 pub mod profile;
+pub mod request_rule;
 pub mod seccomp;
 pub mod verify;
 

@@ -7,9 +7,15 @@
 //! its apex are two decisions. An entry without a port allows 80 and 443
 //! only, the two ports HTTP and HTTPS use: any other port must be named.
 //! An empty allowlist allows nothing.
+//!
+//! An entry may also name methods and a path glob (`GET,HEAD
+//! github.com/org/**`, see `runsbx_policy::request_rule`): then it lets
+//! through only those requests. A host some entry allows whole is open;
+//! a host only such entries allow is open to their requests alone.
 
 use std::net::IpAddr;
 
+use runsbx_policy::request_rule::{Entry, RequestRule};
 use thiserror::Error;
 
 use crate::host::{parse_host, split_authority, Host};
@@ -25,6 +31,19 @@ struct Rule {
     pattern: Pattern,
     /// `None`: the web ports, 80 and 443.
     port: Option<u16>,
+    /// `None`: every request; else only the requests it allows.
+    request: Option<RequestRule>,
+}
+
+/// What the allowlist lets through to one `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access<'a> {
+    /// Nothing: no entry names it.
+    Closed,
+    /// Every request: an entry allows the destination whole.
+    Open,
+    /// Only the requests one of these rules allows.
+    Requests(Vec<&'a RequestRule>),
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,30 +88,63 @@ impl Allowlist {
         self.rules.is_empty()
     }
 
-    /// Whether `host:port` is on the list. An IP host matches only an IP
-    /// entry for the same address.
+    /// Whether some entry names `host:port` (whole or for some requests).
+    /// An IP host matches only an IP entry for the same address.
     pub fn allows(&self, host: &Host, port: u16) -> bool {
-        self.rules.iter().any(|rule| {
-            let port_ok = match rule.port {
-                Some(p) => p == port,
-                None => WEB_PORTS.contains(&port),
-            };
-            port_ok
-                && match (&rule.pattern, host) {
-                    (Pattern::Exact(want), Host::Name(name)) => want == name,
-                    (Pattern::Below(suffix), Host::Name(name)) => name.ends_with(suffix.as_str()),
-                    (Pattern::Ip(want), Host::Ip(ip)) => *want == ip.to_canonical(),
-                    _ => false,
-                }
-        })
+        self.rules.iter().any(|rule| rule.names(host, port))
+    }
+
+    /// What the entries naming `host:port` let through.
+    pub fn access(&self, host: &Host, port: u16) -> Access<'_> {
+        let mut requests = Vec::new();
+        for rule in self.rules.iter().filter(|rule| rule.names(host, port)) {
+            match &rule.request {
+                None => return Access::Open,
+                Some(request) => requests.push(request),
+            }
+        }
+        if requests.is_empty() {
+            Access::Closed
+        } else {
+            Access::Requests(requests)
+        }
+    }
+}
+
+impl Rule {
+    fn names(&self, host: &Host, port: u16) -> bool {
+        let port_ok = match self.port {
+            Some(p) => p == port,
+            None => WEB_PORTS.contains(&port),
+        };
+        port_ok
+            && match (&self.pattern, host) {
+                (Pattern::Exact(want), Host::Name(name)) => want == name,
+                (Pattern::Below(suffix), Host::Name(name)) => name.ends_with(suffix.as_str()),
+                (Pattern::Ip(want), Host::Ip(ip)) => *want == ip.to_canonical(),
+                _ => false,
+            }
     }
 }
 
 fn parse_rule(entry: &str) -> Result<Rule, String> {
-    let entry = entry.trim();
-    if entry.is_empty() {
+    if entry.trim().is_empty() {
         return Err("empty entry".into());
     }
+    let Entry {
+        authority,
+        rule: request,
+    } = Entry::parse(entry)?;
+    if authority.is_empty() {
+        return Err("no host: write `METHODS HOST[:PORT]/PATH`".into());
+    }
+    Ok(Rule {
+        request,
+        ..parse_destination(authority)?
+    })
+}
+
+fn parse_destination(entry: &str) -> Result<Rule, String> {
     let (raw_host, bracketed, port) = split_authority(entry).map_err(|e| e.to_string())?;
     if let Some(below) = raw_host.strip_prefix("*.") {
         if below.contains('*') {
@@ -102,6 +154,7 @@ fn parse_rule(entry: &str) -> Result<Rule, String> {
             Host::Name(name) => Ok(Rule {
                 pattern: Pattern::Below(format!(".{name}")),
                 port,
+                request: None,
             }),
             Host::Ip(_) => Err("a wildcard cannot stand over an IP address".into()),
         };
@@ -117,6 +170,7 @@ fn parse_rule(entry: &str) -> Result<Rule, String> {
         Host::Name(name) => Ok(Rule {
             pattern: Pattern::Exact(name),
             port,
+            request: None,
         }),
         Host::Ip(ip) => {
             // `2130706433` in an allowlist is far more likely a mistake than
@@ -127,6 +181,7 @@ fn parse_rule(entry: &str) -> Result<Rule, String> {
             Ok(Rule {
                 pattern: Pattern::Ip(ip.to_canonical()),
                 port,
+                request: None,
             })
         }
     }
@@ -205,6 +260,26 @@ mod tests {
     }
 
     #[test]
+    fn a_whole_host_entry_opens_what_request_rules_narrow() {
+        let host = |h: &str| h.parse::<Host>().unwrap();
+        let l = list(&["GET,HEAD example.com/org/**", "POST *.example.com/upload"]);
+        let access = l.access(&host("example.com"), 443);
+        let rules = match &access {
+            Access::Requests(rules) => rules.iter().map(ToString::to_string).collect(),
+            _ => Vec::new(),
+        };
+        assert_eq!(rules, ["GET,HEAD /org/**"], "{access:?}");
+        assert!(
+            matches!(l.access(&host("a.example.com"), 80), Access::Requests(r) if r.len() == 1)
+        );
+        assert_eq!(l.access(&host("example.org"), 443), Access::Closed);
+        assert_eq!(l.access(&host("example.com"), 22), Access::Closed);
+        assert!(allows(&l, "example.com", 443));
+        let l = list(&["GET example.com/x", "example.com"]);
+        assert_eq!(l.access(&host("example.com"), 443), Access::Open);
+    }
+
+    #[test]
     fn empty_allows_nothing() {
         let l = Allowlist::default();
         assert!(l.is_empty());
@@ -221,7 +296,10 @@ mod tests {
             ("*.1.2.3.4", "IP address"),
             ("example.com:0", "port"),
             ("example.com:http", "port"),
-            ("exa mple.com", "character"),
+            ("exa mple.com", "method list"),
+            ("GET /x", "no host"),
+            ("GET *.example.com:0/x", "port"),
+            ("GET example.com/a[b]", "wildcards"),
             ("2130706433", "127.0.0.1"),
             ("[example.com]", "IPv6"),
             ("example.123", "numeric"),

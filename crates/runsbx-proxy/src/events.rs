@@ -30,6 +30,10 @@ pub enum DenyReason {
     BadRequest,
     /// A limit: too many connections, or a connection's byte budget.
     LimitReached,
+    /// The destination is allowed for some requests only (method and path
+    /// rules, listed as written), and this one is none of them, or cannot
+    /// be read to be checked.
+    RequestNotAllowed { rules: Vec<String> },
 }
 
 impl DenyReason {
@@ -42,6 +46,7 @@ impl DenyReason {
             Self::ResolveFailed => "resolve_failed",
             Self::BadRequest => "bad_request",
             Self::LimitReached => "limit_reached",
+            Self::RequestNotAllowed { .. } => "request_not_allowed",
         }
     }
 }
@@ -60,6 +65,9 @@ pub struct DenyEvent {
     pub host: String,
     /// 0 when none was read.
     pub port: u16,
+    /// The request's target (path and query) when the proxy read one
+    /// (forwarded plain HTTP); empty for a tunnel.
+    pub path: String,
     pub reason: DenyReason,
     /// The sentence the client was sent.
     pub message: String,
@@ -119,6 +127,7 @@ impl Shared {
             method = %event.method,
             host = %event.host,
             port = event.port,
+            path = %event.path,
             reason = event.reason.code(),
             "egress denied: {}",
             event.message
@@ -165,6 +174,7 @@ mod tests {
             method: "CONNECT".into(),
             host: "example.com".into(),
             port: 443,
+            path: String::new(),
             reason,
             message: "m".into(),
         }
@@ -196,5 +206,12 @@ mod tests {
         assert!(DateTime::parse_from_rfc3339(time).is_ok(), "{time}");
         let v = serde_json::to_value(event(DenyReason::NotAllowed)).unwrap();
         assert_eq!(v["reason"], serde_json::json!({"code": "not_allowed"}));
+        let rules = vec!["GET,HEAD /org/**".to_owned()];
+        let v = serde_json::to_value(event(DenyReason::RequestNotAllowed { rules })).unwrap();
+        assert_eq!(
+            v["reason"],
+            serde_json::json!({"code": "request_not_allowed", "rules": ["GET,HEAD /org/**"]})
+        );
+        assert_eq!(v["path"], "");
     }
 }

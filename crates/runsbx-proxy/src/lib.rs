@@ -35,7 +35,7 @@ use thiserror::Error;
 use tokio::sync::oneshot;
 
 pub use addr::{classify, AddressClass};
-pub use allowlist::{Allowlist, AllowlistError};
+pub use allowlist::{Access, Allowlist, AllowlistError};
 pub use events::{DenyEvent, DenyReason, ProxyStats};
 pub use host::{Host, HostError};
 

@@ -13,10 +13,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::time::{timeout, timeout_at, Instant};
 
+use crate::allowlist::Access;
 use crate::events::{DenyEvent, DenyReason, Shared};
 use crate::guard::{deny_message, Guard};
-use crate::http::{forward_head, head_end, parse_request, Kind, MAX_HEAD};
+use crate::http::{forward_head, head_end, parse_request, printable, Kind, Request, MAX_HEAD};
 use crate::relay::{relay, End, Meter};
+use runsbx_policy::request_rule::Target;
 
 /// The proxy's fixed settings, checked and normalised by `spawn`.
 #[derive(Debug)]
@@ -201,6 +203,13 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, s: &Settings, shared: &
         Ok(addrs) => addrs,
         Err(reason) => return deny(stream, peer, shared, who, reason, "").await,
     };
+    if let Err((reason, detail)) = check_request(&s.guard.allow.access(&req.host, req.port), &req) {
+        let path = match &req.kind {
+            Kind::Forward { path } => printable(path),
+            Kind::Connect => String::new(),
+        };
+        return deny_request(stream, peer, shared, who, &path, reason, &detail).await;
+    }
     let mut upstream = match connect(&addrs, s.connect_timeout).await {
         Ok(upstream) => upstream,
         Err(e) => {
@@ -259,12 +268,60 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, s: &Settings, shared: &
     }
 }
 
+/// Whether the entries for the destination let this request through:
+/// every request when one allows it whole; else a forwarded request whose
+/// method and path one of them allows. A tunnel's requests cannot be read,
+/// so a destination open to some requests only is not tunnelled.
+fn check_request(access: &Access<'_>, req: &Request) -> Result<(), (DenyReason, String)> {
+    let Access::Requests(rules) = access else {
+        return Ok(());
+    };
+    let refuse = |detail: String| {
+        let rules = rules.iter().map(ToString::to_string).collect();
+        Err((DenyReason::RequestNotAllowed { rules }, detail))
+    };
+    match &req.kind {
+        Kind::Connect => refuse(
+            "a CONNECT tunnel's requests cannot be checked against method and path rules; \
+             allow the host whole to tunnel to it"
+                .to_owned(),
+        ),
+        Kind::Forward { path } => match Target::parse(path) {
+            Err(reason) => refuse(reason.to_owned()),
+            Ok(target) if rules.iter().any(|rule| rule.allows(&req.method, &target)) => Ok(()),
+            Ok(_) => refuse(format!("{} {} is not allowed", req.method, printable(path))),
+        },
+    }
+}
+
 /// Refuse with the status the reason calls for, and record the event.
 async fn deny(
     stream: TcpStream,
     peer: SocketAddr,
     shared: &Shared,
     (method, host, port): (&str, &str, u16),
+    reason: DenyReason,
+    detail: &str,
+) {
+    deny_request(
+        stream,
+        peer,
+        shared,
+        (method, host, port),
+        "",
+        reason,
+        detail,
+    )
+    .await;
+}
+
+/// [`deny`], for a request whose target (`path`) was read.
+async fn deny_request(
+    stream: TcpStream,
+    peer: SocketAddr,
+    shared: &Shared,
+    (method, host, port): (&str, &str, u16),
+    path: &str,
     reason: DenyReason,
     detail: &str,
 ) {
@@ -275,7 +332,9 @@ async fn deny(
         _ => (403, "Forbidden"),
     };
     let bytes = response(status, text, Some(reason.code()), &message);
-    shared.record(event(peer, method, host, port, reason, message));
+    let mut event = event(peer, method, host, port, reason, message);
+    event.path = path.to_owned();
+    shared.record(event);
     finish(stream, &bytes).await;
 }
 
@@ -293,6 +352,7 @@ fn event(
         method: method.to_owned(),
         host: host.to_owned(),
         port,
+        path: String::new(),
         reason,
         message,
     }

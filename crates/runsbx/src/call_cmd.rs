@@ -106,6 +106,7 @@ impl SandboxArgs {
         one("pids", self.pids.map(|p| p.to_string()));
         let e = &self.egress;
         flags.extend(e.allow_host.iter().map(|h| format!("--allow-host={h}")));
+        flags.extend(e.allow.iter().map(|r| format!("--allow={r}")));
         flags.extend(
             e.proxy_resolve
                 .iter()
@@ -267,6 +268,12 @@ pub struct EgressArgs {
     /// NAME, NAME:PORT, *.SUFFIX[:PORT]; ports 80 and 443 when none is given
     #[arg(long = "allow-host", value_name = "NAME[:PORT]")]
     pub allow_host: Vec<String>,
+    /// Let the command make these requests only (repeatable): "GET,HEAD
+    /// NAME[:PORT]/PATH", where `*` in PATH stands within a segment and
+    /// `**` across; plain HTTP is checked request by request, and HTTPS to
+    /// a host allowed only this way is refused (its requests cannot be read)
+    #[arg(long = "allow", value_name = "METHODS NAME[:PORT]/PATH")]
+    pub allow: Vec<String>,
     /// Make the proxy resolve NAME to IP instead of asking DNS (repeatable)
     #[arg(long = "proxy-resolve", value_name = "NAME=IP")]
     pub proxy_resolve: Vec<String>,
@@ -280,8 +287,28 @@ impl EgressArgs {
     /// Egress is on when any host is allowed; the overrides alone open
     /// nothing.
     pub fn plan(&self) -> Result<Option<runsbx_policy::EgressPlan>> {
+        use runsbx_policy::request_rule::Entry;
+        // One list for the proxy; each flag keeps to its own form so that
+        // a typo never widens a request rule into a whole host.
+        for host in &self.allow_host {
+            if Entry::parse(host).is_ok_and(|e| e.rule.is_some()) {
+                anyhow::bail!(
+                    "--allow-host {host:?} names methods or a path: use --allow for that"
+                );
+            }
+        }
+        for rule in &self.allow {
+            match Entry::parse(rule) {
+                Err(reason) => anyhow::bail!("--allow {rule:?}: {reason}"),
+                Ok(e) if e.rule.is_none() => anyhow::bail!(
+                    "--allow {rule:?} names no method or path: write \"METHODS NAME[:PORT]/PATH\", \
+                     or allow the host whole with --allow-host"
+                ),
+                Ok(_) => {}
+            }
+        }
         egress(
-            self.allow_host.clone(),
+            self.allow_host.iter().chain(&self.allow).cloned().collect(),
             &self.proxy_resolve,
             self.proxy_allow_address.clone(),
         )
@@ -295,7 +322,7 @@ fn egress(
 ) -> Result<Option<runsbx_policy::EgressPlan>> {
     if allow.is_empty() {
         if !resolve.is_empty() || !allow_addresses.is_empty() {
-            anyhow::bail!("--proxy-resolve and --proxy-allow-address need --allow-host");
+            anyhow::bail!("--proxy-resolve and --proxy-allow-address need --allow-host or --allow");
         }
         return Ok(None);
     }

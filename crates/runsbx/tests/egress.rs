@@ -262,6 +262,88 @@ except Exception as e:
 }
 as_root_and_rootless!(RUNSBX, allowlisted_name_works_and_others_are_refused: allowlist_as_root, allowlist_rootless);
 
+/// `--allow "METHODS HOST/PATH"`: the proxy lets through the requests the
+/// rule names and refuses the rest of the same host, each refusal an event
+/// that names the rule.
+fn request_rules_let_through_only_what_they_name(fx: Fixture) {
+    if !kit::have_python_image() {
+        skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
+    }
+    let server = HostServer::start();
+    let p = server.port;
+    let opts: Vec<String> = [
+        "--allow",
+        &format!("GET,HEAD allowed.test:{p}/repo/**"),
+        "--proxy-resolve",
+        "allowed.test=127.0.0.1",
+        "--proxy-allow-address",
+        &format!("127.0.0.1:{p}"),
+    ]
+    .map(String::from)
+    .to_vec();
+    let script = format!(
+        r#"
+import os, urllib.request, urllib.error
+for k in ["NO_PROXY", "no_proxy"]:
+    os.environ.pop(k, None)
+base = "http://allowed.test:{p}"
+for method, path in [("GET", "/repo/a/info"), ("POST", "/repo/a/git-receive-pack"), ("GET", "/other")]:
+    req = urllib.request.Request(base + path, method=method, data=b"x" if method == "POST" else None)
+    try:
+        r = urllib.request.urlopen(req, timeout=10)
+        print(method, path, r.status, r.read().decode())
+    except urllib.error.HTTPError as e:
+        print(method, path, e.code, e.headers.get("X-Runsbx-Deny"))
+"#
+    );
+    let (out, r) = python(&fx, &opts, &script);
+    assert_eq!(r["exit_code"], 0, "{out:?}");
+    let stdout = r["stdout"]["data"].as_str().unwrap();
+    assert!(stdout.contains("GET /repo/a/info 200 hello"), "{stdout}");
+    assert!(
+        stdout.contains("POST /repo/a/git-receive-pack 403 request_not_allowed"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("GET /other 403 request_not_allowed"),
+        "{stdout}"
+    );
+    assert_eq!(
+        server.accepted(),
+        1,
+        "only the allowed request reached the server"
+    );
+    let denied = r["egress"]["denied"].as_array().unwrap();
+    assert_eq!(denied.len(), 2, "{denied:?}");
+    assert_eq!(denied[0]["method"], "POST");
+    assert_eq!(denied[0]["path"], "/repo/a/git-receive-pack");
+    assert_eq!(denied[0]["reason"]["code"], "request_not_allowed");
+    assert_eq!(denied[0]["reason"]["rules"][0], "GET,HEAD /repo/**");
+    assert_eq!(denied[1]["path"], "/other");
+
+    // A whole-host flag does not take a rule, nor the rule flag a host.
+    for (flag, value, needle) in [
+        (
+            "--allow-host",
+            format!("GET allowed.test:{p}/x"),
+            "use --allow",
+        ),
+        (
+            "--allow",
+            format!("allowed.test:{p}"),
+            "names no method or path",
+        ),
+        ("--allow", format!("GET allowed.test:{p}/a[b]"), "wildcards"),
+    ] {
+        let out = fx.run(["call", flag, &value, "--", "/bin/true"]);
+        assert_eq!(out.code, 125, "{flag} {value}: {out:?}");
+        let first = out.stderr.lines().next().unwrap_or_default();
+        assert!(first.contains(needle), "{flag} {value}: {first}");
+    }
+}
+
+as_root_and_rootless!(RUNSBX, request_rules_let_through_only_what_they_name: request_rules_as_root, request_rules_rootless);
+
 fn a_connection_flood_is_cut_off(fx: Fixture) {
     if !kit::have_python_image() {
         skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");

@@ -139,7 +139,10 @@ class DenyEvent:
     ``reason`` is runsbx's reason object; its ``"code"`` (also
     :attr:`code`) is one of ``not_allowed``, ``ip_literal``,
     ``address_class``, ``resolve_failed``, ``bad_request``,
-    ``limit_reached``.
+    ``limit_reached``, ``request_not_allowed`` (then ``reason["rules"]``
+    lists the method and path rules the request matched none of).
+    ``path`` is the request's path and query when the proxy read it
+    (plain HTTP), else ``""``.
     """
 
     time: str
@@ -149,6 +152,7 @@ class DenyEvent:
     port: int
     reason: Mapping[str, Any]
     message: str
+    path: str = ""
 
     @property
     def code(self) -> str:
@@ -547,6 +551,7 @@ def _parse_egress(obj: Optional[Mapping[str, Any]]) -> Optional[Egress]:
             port=_int(d, "port"),
             reason=dict(_obj(d, "reason") or {}),
             message=_str(d, "message"),
+            path=_opt_str(d, "path") or "",
         )
         for d in _dicts(obj, "denied") or ()
     )

@@ -115,7 +115,7 @@ impl CallPlan {
         let stdin = open_stdin(&req.stdin)?;
         if let Some(egress) = &req.egress {
             runsbx_proxy::Allowlist::parse(&egress.allow)
-                .map_err(|e| RuntimeError::invalid("--allow-host", e.to_string()))?;
+                .map_err(|e| RuntimeError::invalid("--allow-host or --allow", e.to_string()))?;
         }
         // A session's home is its workspace, which persists (`pip install
         // --user`, dotfiles).

@@ -94,12 +94,13 @@ pub(crate) fn tighten(settings: &Settings, req: &CallRequest) -> Result<CallRequ
         }),
         Some(plan) => {
             for host in &plan.allow {
-                if !settings
-                    .allow_hosts
-                    .iter()
-                    .any(|h| h.eq_ignore_ascii_case(host))
-                {
-                    return Err(wider(format!("--allow-host {host}"), "not among the hosts"));
+                if !settings.allow_hosts.iter().any(|h| same_entry(h, host)) {
+                    let flag = if is_host_entry(host) {
+                        "--allow-host"
+                    } else {
+                        "--allow"
+                    };
+                    return Err(wider(format!("{flag} {host}"), "not among the hosts"));
                 }
             }
             for (host, ips) in &plan.resolve {
@@ -131,6 +132,24 @@ pub(crate) fn tighten(settings: &Settings, req: &CallRequest) -> Result<CallRequ
         }
     };
     Ok(out)
+}
+
+/// Whether an entry allows a destination whole (no methods, no path).
+fn is_host_entry(entry: &str) -> bool {
+    !entry
+        .trim()
+        .contains(|c: char| c == '/' || c.is_whitespace())
+}
+
+/// Whether two allowlist entries are the same: host names compare without
+/// case; a request rule's path is case-sensitive, so entries with one
+/// compare exactly.
+fn same_entry(a: &str, b: &str) -> bool {
+    if is_host_entry(a) && is_host_entry(b) {
+        a.trim().eq_ignore_ascii_case(b.trim())
+    } else {
+        a.trim() == b.trim()
+    }
 }
 
 #[cfg(test)]
@@ -254,6 +273,19 @@ mod tests {
             let e = tighten(&settings(), &req).unwrap_err().to_string();
             assert!(e.contains(flag) && e.contains("session `s`"), "{flag}: {e}");
         }
+        // A request rule's path is compared with its case: `/ORG` is not
+        // `/org`, on a server that tells them apart.
+        let mut s = settings();
+        s.allow_hosts = vec!["GET pypi.org/org/**".to_owned()];
+        let mut req = request();
+        req.egress = Some(runsbx_policy::EgressPlan {
+            allow: vec!["GET pypi.org/ORG/**".to_owned()],
+            ..Default::default()
+        });
+        let e = tighten(&s, &req).unwrap_err().to_string();
+        assert!(e.contains("--allow GET pypi.org/ORG/**"), "{e}");
+        req.egress.as_mut().unwrap().allow = vec!["GET pypi.org/org/**".to_owned()];
+        assert!(tighten(&s, &req).is_ok());
         // A session without egress lets no call out.
         let mut s = settings();
         s.allow_hosts.clear();

@@ -153,7 +153,7 @@ impl Sessions {
         }
         if let Some(egress) = &new.egress {
             runsbx_proxy::Allowlist::parse(&egress.allow)
-                .map_err(|e| RuntimeError::invalid("--allow-host", e.to_string()))?;
+                .map_err(|e| RuntimeError::invalid("--allow-host or --allow", e.to_string()))?;
         }
         let policy = Policy::load(new.config.as_deref())?;
         // The profile must exist (and be selectable) now, not at the first call.
