@@ -149,7 +149,7 @@ pub(crate) fn parse_request(head: &[u8]) -> Result<Request, BadRequest> {
     })
 }
 
-fn parse_header(line: &[u8]) -> Result<(String, Vec<u8>), &'static str> {
+pub(crate) fn parse_header(line: &[u8]) -> Result<(String, Vec<u8>), &'static str> {
     if line.first().is_some_and(|b| *b == b' ' || *b == b'\t') {
         return Err("folded header line");
     }
@@ -173,7 +173,7 @@ fn parse_header(line: &[u8]) -> Result<(String, Vec<u8>), &'static str> {
 /// Headers that belong to the client-proxy hop and must not travel on:
 /// RFC 9110 section 7.6.1, plus the proxy's own credentials. `Host` is
 /// rewritten from the URL so the two cannot disagree.
-fn is_hop_by_hop(name: &str, listed: &[String]) -> bool {
+pub(crate) fn is_hop_by_hop(name: &str, listed: &[String]) -> bool {
     let lower = name.to_ascii_lowercase();
     matches!(
         lower.as_str(),
@@ -183,7 +183,7 @@ fn is_hop_by_hop(name: &str, listed: &[String]) -> bool {
 }
 
 /// Header names a `Connection` header marks as hop-by-hop.
-fn connection_listed(headers: &[(String, Vec<u8>)]) -> Vec<String> {
+pub(crate) fn connection_listed(headers: &[(String, Vec<u8>)]) -> Vec<String> {
     headers
         .iter()
         .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
@@ -250,11 +250,11 @@ pub(crate) fn rewrite_response_head(head: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// RFC 9110 token characters.
-fn is_tchar(b: u8) -> bool {
+pub(crate) fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+pub(crate) fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
     let head = s.get(..prefix.len())?;
     head.eq_ignore_ascii_case(prefix)
         .then(|| &s[prefix.len()..])

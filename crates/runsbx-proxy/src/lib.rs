@@ -22,8 +22,11 @@ mod events;
 mod guard;
 mod host;
 mod http;
+mod inspect;
+mod inspect_http;
 mod relay;
 mod server;
+mod tls;
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -38,6 +41,8 @@ pub use addr::{classify, AddressClass};
 pub use allowlist::{Access, Allowlist, AllowlistError};
 pub use events::{DenyEvent, DenyReason, ProxyStats};
 pub use host::{Host, HostError};
+pub use inspect::{inspect, InspectLimits, Inspected, InspectedRequest, RelayEnd, Verdict};
+pub use tls::{SandboxCa, TlsError, UpstreamTrust};
 
 use events::Shared;
 use guard::Guard;

@@ -55,7 +55,7 @@ impl<'a> Meter<'a> {
     }
 
     /// Account `n` bytes read in one direction; `Err` when over budget.
-    fn count(&self, n: usize, counter: &AtomicU64) -> Result<(), End> {
+    pub(crate) fn count(&self, n: usize, counter: &AtomicU64) -> Result<(), End> {
         let n = n as u64;
         let used = self.used.fetch_add(n, Ordering::Relaxed) + n;
         counter.fetch_add(n, Ordering::Relaxed);
@@ -71,7 +71,7 @@ impl<'a> Meter<'a> {
     }
 
     /// Resolves once nothing was read for the idle timeout.
-    async fn idle_expired(&self) {
+    pub(crate) async fn idle_expired(&self) {
         loop {
             let last = Duration::from_millis(self.last.load(Ordering::Relaxed));
             let deadline = self.start + last + self.idle;
