@@ -19,7 +19,8 @@ use serde::Serialize;
 
 pub use annotations::{EgressOverride, Overrides};
 pub use harden::{
-    harden, harden_exec, harden_with, is_bind_mount, proxy_env, EgressPlan, PROXY_PORT,
+    harden, harden_exec, harden_with, is_bind_mount, proxy_env, trust_env, EgressPlan, PROXY_PORT,
+    TRUST_BUNDLE,
 };
 pub use profile::{OperatorConfig, Profile};
 pub use verify::verify;
@@ -69,6 +70,12 @@ pub struct HostFacts {
     /// Bind mounts the runtime found to be an engine's own: its init, or a
     /// named volume in its storage. Never set from a spec or an annotation.
     pub engine_binds: Vec<EngineBind>,
+    /// When the sandbox's egress inspects TLS: the trust bundle the runtime
+    /// made for this sandbox alone (the image's own CAs and the sandbox's
+    /// inspection CA), bound read-only at [`TRUST_BUNDLE`] with the
+    /// variables that point TLS clients at it. Never set from a spec or an
+    /// annotation.
+    pub trust_bundle: Option<std::path::PathBuf>,
 }
 
 /// A bind mount of the spec (its destination and source, as the spec

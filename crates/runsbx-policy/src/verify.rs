@@ -119,6 +119,20 @@ pub fn verify(spec: &Spec, profile: &Profile, host: &HostFacts) -> Result<(), Po
                     "the bind at {dest:?} is not the call's own workspace"
                 ));
             }
+        } else if is_bind_mount(m)
+            && crate::harden::is_trust_bundle(host, &dest.display().to_string())
+        {
+            // The runtime's trust bundle: exactly that file, read-only.
+            let options = m.options().clone().unwrap_or_default();
+            if m.source() != &host.trust_bundle
+                || !crate::harden::TRUST_OPTIONS
+                    .iter()
+                    .all(|o| options.iter().any(|x| x == o))
+            {
+                return fail(format!(
+                    "the bind at {dest:?} is not the sandbox's trust bundle"
+                ));
+            }
         } else if is_bind_mount(m) {
             let options = m.options().clone().unwrap_or_default();
             let has = |o: &str| options.iter().any(|x| x == o);

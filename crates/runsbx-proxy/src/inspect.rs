@@ -25,6 +25,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use rustls::pki_types::ServerName;
 
+use crate::events::DenyReason;
 use crate::host::Host;
 use crate::http::{head_end, printable, rewrite_response_head, MAX_HEAD};
 use crate::inspect_http::{parse_request, upstream_head, Body, Chunked};
@@ -77,10 +78,10 @@ impl Default for InspectLimits {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     Allow,
-    /// Answered 403 with `message` as the body; `rule` names the rule that
-    /// refused, for the deny event.
+    /// Answered 403 with `message` as the body and the reason's code in
+    /// `X-Runsbx-Deny`; the reason (naming the rules) is the deny event's.
     Deny {
-        rule: String,
+        reason: DenyReason,
         message: String,
     },
 }
@@ -104,7 +105,7 @@ pub enum Inspected {
     Denied {
         method: String,
         path: String,
-        rule: String,
+        reason: DenyReason,
         message: String,
     },
     /// The request head was refused (answered 400; 431 when too large).
@@ -208,18 +209,18 @@ pub async fn inspect(
     };
     let method = req.method().to_owned();
     let path = printable(req.path());
-    if let Verdict::Deny { rule, message } = check(&mut req) {
+    if let Verdict::Deny { reason, message } = check(&mut req) {
         // The upstream TCP connection is dropped unused: it has seen no byte.
         drop(upstream);
         finish(
             tls,
-            &response(403, "Forbidden", Some("not_allowed"), &message),
+            &response(403, "Forbidden", Some(reason.code()), &message),
         )
         .await;
         return Inspected::Denied {
             method,
             path,
-            rule,
+            reason,
             message,
         };
     }

@@ -242,10 +242,16 @@ async fn get_goes_upstream_in_origin_form_without_proxy_headers() {
     );
 }
 
+fn read_only() -> DenyReason {
+    DenyReason::RequestNotAllowed {
+        rules: vec!["GET /**".into()],
+    }
+}
+
 fn deny_post(req: &mut InspectedRequest) -> Verdict {
     match req.method() {
         "POST" => Verdict::Deny {
-            rule: "read-only".into(),
+            reason: read_only(),
             message: "runsbx: POST to upstream.test is not allowed (rule read-only)".into(),
         },
         _ => Verdict::Allow,
@@ -272,7 +278,7 @@ async fn a_denied_request_never_reaches_the_upstream() {
     assert!(answer.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{answer}");
     assert!(answer.contains("\r\nContent-Type: text/plain"), "{answer}");
     assert!(
-        answer.contains("\r\nX-Runsbx-Deny: not_allowed\r\n"),
+        answer.contains("\r\nX-Runsbx-Deny: request_not_allowed\r\n"),
         "{answer}"
     );
     assert!(answer.contains("\r\nConnection: close\r\n"), "{answer}");
@@ -286,7 +292,7 @@ async fn a_denied_request_never_reaches_the_upstream() {
         Inspected::Denied {
             method: "POST".into(),
             path: "/v1/items".into(),
-            rule: "read-only".into(),
+            reason: read_only(),
             message: "runsbx: POST to upstream.test is not allowed (rule read-only)".into(),
         }
     );

@@ -72,6 +72,29 @@ pub struct ProxyConfig {
     pub max_bytes: u64,
     /// Deny events kept; later ones are only counted.
     pub max_events: usize,
+    /// TLS inspection: with it, a CONNECT to a host that the allowlist
+    /// opens to some requests only is served by reading those requests
+    /// (`inspect`); without it, such a tunnel is refused.
+    pub inspect: Option<Arc<Inspection>>,
+}
+
+/// What TLS inspection needs for one sandbox: its CA (in memory, for the
+/// proxy's life) and the roots upstream servers are verified against.
+#[derive(Debug)]
+pub struct Inspection {
+    pub ca: SandboxCa,
+    pub trust: UpstreamTrust,
+}
+
+impl Inspection {
+    /// A new CA, and the host's trust store for upstreams
+    /// (`SSL_CERT_FILE`/`SSL_CERT_DIR` when set, as OpenSSL reads them).
+    pub fn new() -> Result<Self, TlsError> {
+        Ok(Self {
+            ca: SandboxCa::new()?,
+            trust: UpstreamTrust::system()?,
+        })
+    }
 }
 
 impl Default for ProxyConfig {
@@ -86,6 +109,7 @@ impl Default for ProxyConfig {
             header_timeout: Duration::from_secs(10),
             max_bytes: 1 << 30,
             max_events: 1000,
+            inspect: None,
         }
     }
 }
@@ -191,6 +215,7 @@ fn settings(config: ProxyConfig) -> Settings {
             exempt,
             resolve_timeout: config.connect_timeout,
         },
+        inspect: config.inspect,
         max_connections: config.max_connections,
         idle_timeout: config.idle_timeout,
         connect_timeout: config.connect_timeout,

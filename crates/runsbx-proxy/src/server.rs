@@ -13,17 +13,20 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::time::{timeout, timeout_at, Instant};
 
+use runsbx_policy::request_rule::{RequestRule, Target};
+
 use crate::allowlist::Access;
 use crate::events::{DenyEvent, DenyReason, Shared};
 use crate::guard::{deny_message, Guard};
 use crate::http::{forward_head, head_end, parse_request, printable, Kind, Request, MAX_HEAD};
+use crate::inspect::{inspect, InspectLimits, Inspected, InspectedRequest, RelayEnd, Verdict};
 use crate::relay::{relay, End, Meter};
-use runsbx_policy::request_rule::Target;
 
 /// The proxy's fixed settings, checked and normalised by `spawn`.
 #[derive(Debug)]
 pub(crate) struct Settings {
     pub guard: Guard,
+    pub inspect: Option<Arc<crate::Inspection>>,
     pub max_connections: usize,
     pub idle_timeout: Duration,
     pub connect_timeout: Duration,
@@ -203,13 +206,17 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, s: &Settings, shared: &
         Ok(addrs) => addrs,
         Err(reason) => return deny(stream, peer, shared, who, reason, "").await,
     };
-    if let Err((reason, detail)) = check_request(&s.guard.allow.access(&req.host, req.port), &req) {
-        let path = match &req.kind {
-            Kind::Forward { path } => printable(path),
-            Kind::Connect => String::new(),
-        };
-        return deny_request(stream, peer, shared, who, &path, reason, &detail).await;
-    }
+    let access = s.guard.allow.access(&req.host, req.port);
+    let inspect = match check_request(&access, &req, s.inspect.is_some()) {
+        Ok(pass) => pass,
+        Err((reason, detail)) => {
+            let path = match &req.kind {
+                Kind::Forward { path } => printable(path),
+                Kind::Connect => String::new(),
+            };
+            return deny_request(stream, peer, shared, who, &path, reason, &detail).await;
+        }
+    };
     let mut upstream = match connect(&addrs, s.connect_timeout).await {
         Ok(upstream) => upstream,
         Err(e) => {
@@ -220,6 +227,16 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, s: &Settings, shared: &
         }
     };
     tracing::debug!(%peer, method = %req.method, %host, port = req.port, "egress proxy: connected");
+    if let (Some(rules), Some(inspection)) = (inspect, &s.inspect) {
+        let ok = b"HTTP/1.1 200 Connection established\r\n\r\n";
+        if !matches!(
+            timeout(s.idle_timeout, stream.write_all(ok)).await,
+            Ok(Ok(()))
+        ) {
+            return;
+        }
+        return inspected(stream, upstream, peer, &req, &rules, inspection, s, shared).await;
+    }
     let forward = matches!(req.kind, Kind::Forward { .. });
     let started = if forward {
         let head = forward_head(&req);
@@ -269,28 +286,133 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, s: &Settings, shared: &
 }
 
 /// Whether the entries for the destination let this request through:
-/// every request when one allows it whole; else a forwarded request whose
-/// method and path one of them allows. A tunnel's requests cannot be read,
-/// so a destination open to some requests only is not tunnelled.
-fn check_request(access: &Access<'_>, req: &Request) -> Result<(), (DenyReason, String)> {
+/// every request when one allows it whole (`Ok(None)`); else a forwarded
+/// request whose method and path one of them allows, or a tunnel whose one
+/// request the proxy will read and check against `rules`
+/// (`Ok(Some(rules))`), when it inspects TLS. Without inspection a
+/// tunnel's requests cannot be read, so a destination open to some
+/// requests only is not tunnelled.
+fn check_request<'a>(
+    access: &Access<'a>,
+    req: &Request,
+    inspects: bool,
+) -> Result<Option<Vec<&'a RequestRule>>, (DenyReason, String)> {
     let Access::Requests(rules) = access else {
-        return Ok(());
-    };
-    let refuse = |detail: String| {
-        let rules = rules.iter().map(ToString::to_string).collect();
-        Err((DenyReason::RequestNotAllowed { rules }, detail))
+        return Ok(None);
     };
     match &req.kind {
-        Kind::Connect => refuse(
-            "a CONNECT tunnel's requests cannot be checked against method and path rules; \
-             allow the host whole to tunnel to it"
+        Kind::Connect if inspects => Ok(Some(rules.clone())),
+        Kind::Connect => Err(refusal(
+            rules,
+            "a CONNECT tunnel's requests cannot be checked against method and path rules \
+             without TLS inspection; allow the host whole to tunnel to it"
                 .to_owned(),
-        ),
-        Kind::Forward { path } => match Target::parse(path) {
-            Err(reason) => refuse(reason.to_owned()),
-            Ok(target) if rules.iter().any(|rule| rule.allows(&req.method, &target)) => Ok(()),
-            Ok(_) => refuse(format!("{} {} is not allowed", req.method, printable(path))),
+        )),
+        Kind::Forward { path } => match judge(rules, &req.method, path) {
+            Ok(()) => Ok(None),
+            Err(detail) => Err(refusal(rules, detail)),
         },
+    }
+}
+
+/// Whether one of `rules` allows `method` on `path` (a request target).
+fn judge(rules: &[&RequestRule], method: &str, path: &str) -> Result<(), String> {
+    match Target::parse(path) {
+        Err(reason) => Err(reason.to_owned()),
+        Ok(target) if rules.iter().any(|rule| rule.allows(method, &target)) => Ok(()),
+        Ok(_) => Err(format!("{method} {} is not allowed", printable(path))),
+    }
+}
+
+fn refusal(rules: &[&RequestRule], detail: String) -> (DenyReason, String) {
+    let rules = rules.iter().map(ToString::to_string).collect();
+    (DenyReason::RequestNotAllowed { rules }, detail)
+}
+
+/// Serves a tunnel to a host some rules open: its one request is read and
+/// judged by them (see inspect.rs), and what became of it is counted and,
+/// for a refusal, recorded.
+#[allow(clippy::too_many_arguments)]
+async fn inspected(
+    stream: TcpStream,
+    upstream: TcpStream,
+    peer: SocketAddr,
+    req: &Request,
+    rules: &[&RequestRule],
+    inspection: &crate::Inspection,
+    s: &Settings,
+    shared: &Shared,
+) {
+    let host = req.host.to_string();
+    let limits = InspectLimits {
+        header_timeout: s.header_timeout,
+        handshake_timeout: s.connect_timeout,
+        idle_timeout: s.idle_timeout,
+        max_head: MAX_HEAD,
+        max_bytes: s.max_bytes,
+    };
+    let check = |r: &mut InspectedRequest| match judge(rules, r.method(), r.path()) {
+        Ok(()) => Verdict::Allow,
+        Err(detail) => {
+            let (reason, detail) = refusal(rules, detail);
+            let message = deny_message(&reason, &host, req.port, &detail);
+            Verdict::Deny { reason, message }
+        }
+    };
+    let outcome = inspect(
+        stream,
+        upstream,
+        &req.host,
+        req.port,
+        &inspection.ca,
+        &inspection.trust,
+        &limits,
+        &check,
+    )
+    .await;
+    let record = |method: &str, path: &str, reason: DenyReason, message: String| {
+        let mut event = event(peer, method, &host, req.port, reason, message);
+        event.path = path.to_owned();
+        shared.record(event);
+    };
+    match outcome {
+        Inspected::Forwarded {
+            end,
+            bytes_up,
+            bytes_down,
+            method,
+            path,
+            ..
+        } => {
+            shared.bytes_up.fetch_add(bytes_up, Ordering::Relaxed);
+            shared.bytes_down.fetch_add(bytes_down, Ordering::Relaxed);
+            if end == RelayEnd::Budget {
+                let detail = format!("connection closed after {} bytes", s.max_bytes);
+                let message = deny_message(&DenyReason::LimitReached, "", 0, &detail);
+                record(&method, &path, DenyReason::LimitReached, message);
+            }
+        }
+        Inspected::Denied {
+            method,
+            path,
+            reason,
+            message,
+        } => record(&method, &path, reason, message),
+        Inspected::BadRequest(detail) => {
+            let message = deny_message(&DenyReason::BadRequest, &host, req.port, &detail);
+            record("", "", DenyReason::BadRequest, message);
+        }
+        Inspected::UpstreamTls { reason: detail, .. } => {
+            shared.upstream_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(%peer, %host, port = req.port, error = %detail, "egress proxy: upstream TLS failed");
+        }
+        // The sandbox's client refused the proxy's certificate (it does
+        // not use the trust bundle runsbx gave it) or went away: nothing
+        // was sent anywhere.
+        Inspected::ClientTls(detail) => {
+            tracing::info!(%peer, %host, port = req.port, error = %detail, "egress proxy: the sandbox's TLS client ended the inspected tunnel");
+        }
+        other => tracing::debug!(%peer, %host, "egress proxy: inspected tunnel ended: {other:?}"),
     }
 }
 

@@ -123,6 +123,7 @@ pub fn host_facts(id_range: Option<IdRange>) -> HostFacts {
         rootfs_container_layer: false,
         pod: None,
         rootless_ids: crate::sys::userns::rootless_ids(),
+        trust_bundle: None,
         engine_binds: Vec::new(),
     }
 }
@@ -159,9 +160,11 @@ pub fn apply(
     call_workspace: Option<&crate::sandbox::workspace::Workspace>,
     pod: Option<runsbx_policy::PodJoin>,
     overrides: Option<&Overrides>,
+    trust_bundle: Option<&std::path::Path>,
 ) -> Result<Hardened> {
     let host = HostFacts {
         call_workspace: call_workspace.map(|w| w.dir.clone()),
+        trust_bundle: trust_bundle.map(std::path::Path::to_path_buf),
         session: call_workspace.is_some_and(|w| w.is_session()),
         // Only a rootfs the spec asks to write needs the probe (a read of
         // mountinfo): a call's, and most, are read-only anyway.

@@ -50,11 +50,32 @@ pub fn proxy_env() -> Vec<String> {
     ]
 }
 
+/// The environment that points a sandbox's TLS clients at its trust
+/// bundle when the proxy inspects TLS: OpenSSL and what builds on it
+/// (`SSL_CERT_FILE`), Python's requests and pip (which carry their own CA
+/// list otherwise), curl, git, and Node (which adds to its own list).
+pub fn trust_env() -> Vec<String> {
+    [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "PIP_CERT",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "NODE_EXTRA_CA_CERTS",
+    ]
+    .iter()
+    .map(|var| format!("{var}={}", super::TRUST_BUNDLE))
+    .collect()
+}
+
 pub(super) fn apply(cx: &mut Cx) -> Result<Option<EgressPlan>, PolicyError> {
     let plan = plan(cx)?.filter(|p| !p.allow.is_empty());
     let joined = network_joined(cx);
     if plan.is_some() {
         add_proxy_env(cx);
+        if cx.host.trust_bundle.is_some() {
+            set_env(cx, trust_env(), "TLS clients trust the sandbox's own bundle, which holds the CA of the proxy's inspection".to_owned());
+        }
     }
     match (&plan, joined) {
         (_, Joined::Path) => cx.attest(
@@ -141,7 +162,14 @@ fn plan(cx: &Cx) -> Result<Option<EgressPlan>, PolicyError> {
 
 /// The proxy's variables, in place of any the spec sets by those names.
 fn add_proxy_env(cx: &mut Cx) {
-    let vars = proxy_env();
+    let reason = format!(
+        "HTTP(S)_PROXY point at the egress proxy on the sandbox's loopback (port {PROXY_PORT})"
+    );
+    set_env(cx, proxy_env(), reason);
+}
+
+/// Sets `vars` in the process's environment, in place of any it had.
+fn set_env(cx: &mut Cx, vars: Vec<String>, reason: String) {
     let Some(process) = cx.spec.process_mut() else {
         return;
     };
@@ -155,10 +183,7 @@ fn add_proxy_env(cx: &mut Cx) {
     env.extend(vars);
     if env != before {
         process.set_env(Some(env));
-        cx.change(
-            "process.env",
-            format!("HTTP(S)_PROXY point at the egress proxy on the sandbox's loopback (port {PROXY_PORT})"),
-        );
+        cx.change("process.env", reason);
     }
 }
 

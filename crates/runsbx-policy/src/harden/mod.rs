@@ -13,9 +13,12 @@ mod userns;
 
 use oci_spec::runtime::Spec;
 
-pub use egress::{proxy_env, EgressPlan, PROXY_PORT};
+pub use egress::{proxy_env, trust_env, EgressPlan, PROXY_PORT};
 pub use mounts::is_bind as is_bind_mount;
-pub(crate) use mounts::{engine_bind_in, ENGINE_FILES, WORKSPACE, WORKSPACE_OPTIONS};
+pub use mounts::TRUST_BUNDLE;
+pub(crate) use mounts::{
+    engine_bind_in, is_trust_bundle, ENGINE_FILES, TRUST_OPTIONS, WORKSPACE, WORKSPACE_OPTIONS,
+};
 pub(crate) use namespaces::REQUIRED as REQUIRED_NAMESPACES;
 pub(crate) use reject::has_hooks;
 

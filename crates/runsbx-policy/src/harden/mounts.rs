@@ -30,6 +30,14 @@ pub(crate) const WORKSPACE: &str = "/workspace";
 /// scratch space), but never a way to gain privilege or reach a device.
 pub(crate) const WORKSPACE_OPTIONS: &[&str] = &["bind", "rw", "nosuid", "nodev"];
 
+/// Where Debian's TLS clients (OpenSSL, GnuTLS, curl, git, Python's ssl)
+/// read the CAs they trust; with TLS inspection the runtime binds the
+/// sandbox's own bundle here (see `HostFacts::trust_bundle`).
+pub const TRUST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Options of the bind of the trust bundle: a file to read, nothing else.
+pub(crate) const TRUST_OPTIONS: &[&str] = &["bind", "ro", "nosuid", "nodev", "noexec"];
+
 /// Options every allowed bind mount gets, and the ones it loses.
 const BIND_FORCED: &[&str] = &["ro", "nosuid", "nodev", "noexec"];
 const BIND_DROPPED: &[&str] = &["rw", "suid", "dev", "exec", "rbind", "shared", "rshared"];
@@ -68,6 +76,9 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
             .unwrap_or(kept.len());
         kept.insert(at, m);
     }
+    if let Some(source) = &cx.host.trust_bundle {
+        kept.push(file_bind(TRUST_BUNDLE, source, TRUST_OPTIONS)?);
+    }
     cx.tmpcopyup = take_tmpcopyup(&mut kept);
     if kept != old {
         describe_changes(cx, &old, &kept);
@@ -104,6 +115,9 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
                 volumes.push(dest);
             }
             Some(EngineBindKind::SystemFile) => binds.push(format!("{dest} (the engine's init)")),
+            None if is_trust_bundle(cx.host, &dest) => binds.push(format!(
+                "{dest} (this sandbox's own TLS trust, made by runsbx)"
+            )),
             None => binds.push(dest),
         }
     }
@@ -114,6 +128,7 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
             let d = m.destination().display().to_string();
             ENGINE_FILES.contains(&d.as_str())
                 || is_call_workspace(cx.host, &d)
+                || is_trust_bundle(cx.host, &d)
                 || engine_bind(cx, m).is_some()
         });
     let mut detail = match (binds.is_empty(), cx.host.call_workspace.is_some()) {
@@ -191,6 +206,9 @@ fn keep(cx: &mut Cx, m: &Mount) -> Result<Option<Mount>, PolicyError> {
     if is_bind(m) {
         if cx.profile.tmpfs.contains_key(dest) {
             return Ok(None); // replaced by the profile's own tmpfs
+        }
+        if is_trust_bundle(cx.host, &dest.display().to_string()) {
+            return Ok(None); // replaced by the runtime's own, below
         }
         // Rootless buildah binds the host's /sys where it cannot mount a
         // sysfs: no /sys, as for a sysfs mount below.
@@ -365,22 +383,26 @@ fn tmpfs(dest: &Path, size: u64) -> Result<Mount, PolicyError> {
 /// the place of the profile's /workspace tmpfs and has its size (the
 /// runtime mounted it so); see [`crate::HostFacts::call_workspace`].
 fn workspace_bind(source: &Path) -> Result<Mount, PolicyError> {
+    file_bind(WORKSPACE, source, WORKSPACE_OPTIONS)
+}
+
+/// A bind of a path the runtime made, at `dest`.
+fn file_bind(dest: &str, source: &Path, options: &[&str]) -> Result<Mount, PolicyError> {
     MountBuilder::default()
-        .destination(PathBuf::from(WORKSPACE))
+        .destination(PathBuf::from(dest))
         .typ("bind")
         .source(source.to_path_buf())
-        .options(
-            WORKSPACE_OPTIONS
-                .iter()
-                .map(|o| (*o).to_owned())
-                .collect::<Vec<_>>(),
-        )
+        .options(options.iter().map(|o| (*o).to_owned()).collect::<Vec<_>>())
         .build()
         .map_err(|e| PolicyError::Internal(e.to_string()))
 }
 
 fn is_call_workspace(host: &crate::HostFacts, dest: &str) -> bool {
     host.call_workspace.is_some() && dest == WORKSPACE
+}
+
+pub(crate) fn is_trust_bundle(host: &crate::HostFacts, dest: &str) -> bool {
+    host.trust_bundle.is_some() && dest == TRUST_BUNDLE
 }
 
 /// Whether a mount binds a host path (by type or by option).

@@ -11,7 +11,7 @@ use proptest::prelude::*;
 
 use crate::{
     harden, verify, EngineBind, EngineBindKind, HostFacts, IdRange, PolicyError, Profile,
-    RootlessIds,
+    RootlessIds, TRUST_BUNDLE,
 };
 
 pub(crate) fn as_root() -> HostFacts {
@@ -33,6 +33,7 @@ pub(crate) fn as_root() -> HostFacts {
         pod: None,
         rootless_ids: None,
         engine_binds: Vec::new(),
+        trust_bundle: None,
     }
 }
 
@@ -1205,6 +1206,71 @@ fn layer<'a>(h: &'a crate::Hardened, name: &str) -> &'a crate::Layer {
         .iter()
         .find(|l| l.layer == name)
         .unwrap_or_else(|| panic!("no {name} layer: {:?}", h.attestation))
+}
+
+#[test]
+fn an_inspecting_sandbox_trusts_its_own_bundle_read_only() {
+    let profile = with_egress(&["GET,HEAD example.org/docs/**"]);
+    let host = HostFacts {
+        trust_bundle: Some(PathBuf::from("/run/runsbx/@bundles/c1/trust.pem")),
+        ..as_root()
+    };
+    let mut spec = load("podman.json");
+    // The spec's own bind of a host bundle there gives way to the runtime's.
+    let mut mounts = spec.mounts().clone().unwrap_or_default();
+    mounts.push(
+        oci_spec::runtime::MountBuilder::default()
+            .destination(TRUST_BUNDLE)
+            .typ("bind")
+            .source("/etc/ssl/certs/ca-certificates.crt")
+            .options(vec!["rbind".to_owned(), "rw".to_owned()])
+            .build()
+            .unwrap(),
+    );
+    spec.set_mounts(Some(mounts));
+    let hardened = harden(spec.clone(), &profile, &host).unwrap();
+    let binds: Vec<_> = hardened
+        .spec
+        .mounts()
+        .iter()
+        .flatten()
+        .filter(|m| m.destination() == Path::new(TRUST_BUNDLE))
+        .collect();
+    assert_eq!(binds.len(), 1, "{binds:?}");
+    assert_eq!(binds[0].source(), &host.trust_bundle);
+    assert_eq!(
+        binds[0].options().clone().unwrap(),
+        ["bind", "ro", "nosuid", "nodev", "noexec"]
+    );
+    let env = env_of(&hardened.spec);
+    for var in [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "NODE_EXTRA_CA_CERTS",
+        "PIP_CERT",
+    ] {
+        assert!(
+            env.contains(&format!("{var}={TRUST_BUNDLE}")),
+            "{var}: {env:?}"
+        );
+    }
+    let mounts = layer(&hardened, "no_host_mounts");
+    assert!(mounts.in_force, "{mounts:?}");
+    assert!(mounts.detail.contains("TLS trust"), "{mounts:?}");
+    verify(&hardened.spec, &profile, &host).unwrap();
+    let again = harden(hardened.spec.clone(), &profile, &host).unwrap();
+    assert_eq!(again.spec, hardened.spec);
+    // Another source at the trust path is refused by verify, and without
+    // the runtime's bundle the spec's bind is a host bind like any other.
+    let other = HostFacts {
+        trust_bundle: Some(PathBuf::from("/elsewhere.pem")),
+        ..as_root()
+    };
+    assert!(verify(&hardened.spec, &profile, &other).is_err());
+    let err = harden(spec, &profile, &as_root()).unwrap_err().to_string();
+    assert!(err.contains("ca-certificates.crt"), "{err}");
 }
 
 #[test]

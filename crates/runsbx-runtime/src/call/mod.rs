@@ -179,7 +179,8 @@ fn run(
     let (fitter, mut link) = match template {
         Some((link, made)) => {
             let range = sandbox.built.id_range;
-            let fitter = warm::Fitter::new(req, made, range, &ws)?;
+            let trust = sandbox.built.trust_bundle.clone();
+            let fitter = warm::Fitter::new(req, made, range, trust, &ws)?;
             (Some(fitter), Some(link))
         }
         None => (None, None),

@@ -71,6 +71,9 @@ pub(super) struct Fitter {
     session: Option<Settings>,
     /// The template's hardened spec, without its command.
     spec: Spec,
+    /// The trust bundle of the sandbox's TLS inspection, if it has one:
+    /// requests are hardened with it, as the sandbox was.
+    trust_bundle: Option<PathBuf>,
 }
 
 impl Fitter {
@@ -80,9 +83,11 @@ impl Fitter {
         template: &CallRequest,
         made: Made,
         range: Option<IdRange>,
+        trust_bundle: Option<PathBuf>,
         ws: &Workspace,
     ) -> Result<Self> {
         let mut fitter = Self {
+            trust_bundle,
             template: template.clone(),
             rootfs: made.rootfs,
             image_env: made.image_env,
@@ -154,6 +159,7 @@ impl Fitter {
             Some(ws),
             None,
             Some(&overrides),
+            self.trust_bundle.as_deref(),
         )
     }
 

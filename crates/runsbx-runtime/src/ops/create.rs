@@ -2,7 +2,7 @@
 //! process waits for `start`. The order of the steps is [`build_from`].
 
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::Container;
@@ -93,6 +93,8 @@ pub(crate) struct Built {
     pub resources_dropped: bool,
     /// As root, the host id range the sandbox runs in.
     pub id_range: Option<runsbx_policy::IdRange>,
+    /// With TLS inspection: the trust bundle bound into the sandbox.
+    pub trust_bundle: Option<PathBuf>,
 }
 
 /// Creates container `id`: its namespaces and root exist, its process waits
@@ -183,7 +185,28 @@ fn build_from(
         Some(range) if !privilege::rootless() => Some(range),
         _ => host_ids(root, id, req.policy, pod.as_ref())?,
     };
-    let hardened = harden(id, source, &req, range, pod.as_ref())?;
+    let mut hardened = harden(id, source, &req, range, pod.as_ref(), None)?;
+    // Request rules over HTTPS need the proxy to read the requests: a CA
+    // of this sandbox's own, which its TLS clients are made to trust.
+    let inspection = match &hardened.egress {
+        Some(plan) if egress::inspects(plan) && creates_netns(&hardened.spec) => {
+            let inspection = egress::Inspection::prepare(
+                &bundle::Effective::path(root, id),
+                &hardened.spec,
+                plan,
+            )?;
+            hardened = harden(
+                id,
+                source,
+                &req,
+                range,
+                pod.as_ref(),
+                Some(&inspection.bundle),
+            )?;
+            Some(inspection)
+        }
+        _ => None,
+    };
     let report = serde_json::json!({
         "changes": hardened.changes,
         "attestation": hardened.attestation,
@@ -226,8 +249,9 @@ fn build_from(
     drop(view);
     effective.without_init_groups(&spec)?;
     let init = init_pid(&container)?;
+    let trust_bundle = inspection.as_ref().map(|i| i.bundle.clone());
     let duties = Duties {
-        proxy: network_up(init, &spec, hardened.egress.as_ref())?,
+        proxy: network_up(init, &spec, hardened.egress.as_ref(), inspection)?,
         deadline: hardened.deadline,
     };
     // Inside runsbx's own user namespace the creator looks like root.
@@ -250,6 +274,7 @@ fn build_from(
         duties,
         resources_dropped,
         id_range: range,
+        trust_bundle,
     })
 }
 
@@ -288,6 +313,7 @@ fn harden(
     req: &Request<'_>,
     range: Option<runsbx_policy::IdRange>,
     pod: Option<&crate::sandbox::pod::Verified>,
+    trust_bundle: Option<&Path>,
 ) -> Result<runsbx_policy::Hardened> {
     let pod_join = pod.map(|p| p.join.clone());
     let hardened = harden_source(
@@ -297,6 +323,7 @@ fn harden(
         req.workspace,
         pod_join,
         req.overrides,
+        trust_bundle,
     )?;
     // Said once, when the sandbox is made (not at each start or exec).
     for change in &hardened.changes {
@@ -316,9 +343,18 @@ pub(crate) fn harden_source(
     workspace: Option<&Workspace>,
     pod_join: Option<runsbx_policy::PodJoin>,
     overrides: Option<&Overrides>,
+    trust_bundle: Option<&Path>,
 ) -> Result<runsbx_policy::Hardened> {
     let input = bundle::absolutize(source);
-    let hardened = policy::apply(policy, input, range, workspace, pod_join, overrides)?;
+    let hardened = policy::apply(
+        policy,
+        input,
+        range,
+        workspace,
+        pod_join,
+        overrides,
+        trust_bundle,
+    )?;
     bundle::check_cwd(source, &hardened.spec)?;
     bundle::check_process(source, &hardened.spec)?;
     Ok(hardened)
@@ -406,6 +442,7 @@ fn network_up(
     init: nix::unistd::Pid,
     spec: &Spec,
     egress: Option<&runsbx_policy::EgressPlan>,
+    inspection: Option<egress::Inspection>,
 ) -> Result<Option<(std::net::TcpListener, runsbx_proxy::ProxyConfig)>> {
     if !creates_netns(spec) {
         return Ok(None);
@@ -417,7 +454,7 @@ fn network_up(
     };
     Ok(Some((
         netns::listen_in(init, own_userns, egress::PROXY_PORT)?,
-        egress::proxy_config(plan)?,
+        egress::proxy_config(plan, inspection)?,
     )))
 }
 

@@ -1,0 +1,479 @@
+//! TLS inspection: `--allow "METHODS HOST/PATH"` over HTTPS. A real HTTPS
+//! server on the host's loopback, its certificate from a test CA that the
+//! proxy trusts as an operator's store would (`SSL_CERT_FILE` of runsbx),
+//! serving an API and a git repository over smart HTTP (`git
+//! http-backend`); Python's urllib and requests, curl, git, pip and
+//! openssl from the default image inside, with no flag of their own. As
+//! root and rootless.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use runsbx_testkit::{self as kit, as_root_and_rootless, output_via_files, skip, Fixture, Out};
+use serde_json::Value;
+
+/// The runsbx under test.
+const RUNSBX: &str = env!("CARGO_BIN_EXE_runsbx");
+
+/// The HTTPS server: every request logged as a JSON line; `/git/…` is
+/// `git http-backend` over the repositories in its root (receive-pack on,
+/// so that a push would land if the proxy let it through); `/simple/…`
+/// a package index page; anything else `hello METHOD PATH`.
+const SERVER: &str = r#"
+import http.server, json, os, ssl, subprocess, sys
+cert, key, git_root, port_file, log = sys.argv[1:6]
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def body(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            out = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    return out
+                out += self.rfile.read(size)
+                self.rfile.readline()
+        return self.rfile.read(int(self.headers.get("Content-Length") or 0))
+
+    def answer(self, status, headers, data):
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(data)
+        self.close_connection = True
+
+    def handle_any(self):
+        data = self.body()
+        with open(log, "a") as f:
+            f.write(json.dumps({"method": self.command, "path": self.path}) + "\n")
+        if self.path.startswith("/git/"):
+            path, _, query = self.path[len("/git"):].partition("?")
+            env = dict(os.environ, GIT_PROJECT_ROOT=git_root, GIT_HTTP_EXPORT_ALL="1",
+                       PATH_INFO=path, QUERY_STRING=query, REQUEST_METHOD=self.command,
+                       CONTENT_TYPE=self.headers.get("Content-Type", ""),
+                       CONTENT_LENGTH=str(len(data)), REMOTE_USER="tester",
+                       REMOTE_ADDR="127.0.0.1")
+            out = subprocess.run(["git", "http-backend"], input=data, env=env,
+                                 capture_output=True).stdout
+            head, _, rest = out.partition(b"\r\n\r\n")
+            status, headers = 200, []
+            for line in head.split(b"\r\n"):
+                name, _, value = line.decode().partition(": ")
+                if name.lower() == "status":
+                    status = int(value.split()[0])
+                elif name:
+                    headers.append((name, value))
+            self.answer(status, headers, rest)
+        elif self.path.startswith("/simple/"):
+            page = b'<html><body><a href="/files/tool-1.0.tar.gz">tool-1.0.tar.gz</a></body></html>'
+            self.answer(200, [("Content-Type", "text/html")], page)
+        else:
+            self.answer(200, [("Content-Type", "text/plain")],
+                        f"hello {self.command} {self.path}".encode())
+
+    do_GET = do_HEAD = do_POST = do_PUT = do_DELETE = handle_any
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(cert, key)
+server.socket = ctx.wrap_socket(server.socket, server_side=True)
+with open(port_file + ".tmp", "w") as f:
+    f.write(str(server.server_address[1]))
+os.rename(port_file + ".tmp", port_file)
+server.serve_forever()
+"#;
+
+/// A test CA, a certificate for `allowed.test` and one for `whole.test`,
+/// the bundle runsbx's proxy trusts (the host's CAs and the test CA), a
+/// bare repository, and the HTTPS servers using them.
+struct Upstream {
+    dir: tempfile::TempDir,
+    servers: Vec<Child>,
+    /// `allowed.test`'s server (inspected) and `whole.test`'s (tunnelled).
+    port: u16,
+    whole_port: u16,
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        for child in &mut self.servers {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn sh(cmd: &mut Command) {
+    let out = output_via_files(cmd);
+    assert_eq!(out.code, 0, "{cmd:?}: {}", out.stderr);
+}
+
+impl Upstream {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let openssl = |args: &[&str]| sh(Command::new("openssl").args(args).current_dir(d));
+        openssl(&[
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-keyout",
+            "ca.key",
+            "-out",
+            "ca.pem",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=runsbx test upstream CA",
+            "-addext",
+            "basicConstraints=critical,CA:TRUE",
+            "-addext",
+            "keyUsage=critical,keyCertSign",
+        ]);
+        for name in ["allowed.test", "whole.test"] {
+            openssl(&[
+                "req",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-keyout",
+                &format!("{name}.key"),
+                "-out",
+                &format!("{name}.csr"),
+                "-subj",
+                &format!("/CN={name}"),
+            ]);
+            std::fs::write(
+                d.join(format!("{name}.ext")),
+                format!("subjectAltName=DNS:{name}\n"),
+            )
+            .unwrap();
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                &format!("{name}.csr"),
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-out",
+                &format!("{name}.pem"),
+                "-extfile",
+                &format!("{name}.ext"),
+            ]);
+        }
+        let mut bundle = std::fs::read("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+        bundle.extend(std::fs::read(d.join("ca.pem")).unwrap());
+        std::fs::write(d.join("upstream-trust.pem"), bundle).unwrap();
+        // A repository with one commit, served bare.
+        let git = |args: &[&str]| sh(Command::new("git").args(args).current_dir(d));
+        git(&["init", "-q", "-b", "main", "work"]);
+        std::fs::write(d.join("work/README"), "inspected clone\n").unwrap();
+        git(&["-C", "work", "add", "README"]);
+        git(&[
+            "-C",
+            "work",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-q",
+            "-m",
+            "one",
+        ]);
+        std::fs::create_dir(d.join("git")).unwrap();
+        git(&["clone", "-q", "--bare", "work", "git/repo.git"]);
+        git(&["-C", "git/repo.git", "config", "http.receivepack", "true"]);
+        // The test user's runsbx reads the trust bundle.
+        sh(Command::new("chmod").args(["-R", "a+rX"]).arg(d));
+        let mut up = Self {
+            dir,
+            servers: Vec::new(),
+            port: 0,
+            whole_port: 0,
+        };
+        up.port = up.serve("allowed.test");
+        up.whole_port = up.serve("whole.test");
+        up
+    }
+
+    fn serve(&mut self, name: &str) -> u16 {
+        let d = self.dir.path();
+        let port_file = d.join(format!("{name}.port"));
+        let child = Command::new("python3")
+            .args(["-c", SERVER])
+            .arg(d.join(format!("{name}.pem")))
+            .arg(d.join(format!("{name}.key")))
+            .arg(d.join("git"))
+            .arg(&port_file)
+            .arg(d.join("requests.log"))
+            .spawn()
+            .unwrap();
+        self.servers.push(child);
+        kit::wait_until(
+            "the HTTPS server to listen",
+            Duration::from_secs(10),
+            || port_file.exists(),
+        );
+        std::fs::read_to_string(&port_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    fn trust(&self) -> PathBuf {
+        self.dir.path().join("upstream-trust.pem")
+    }
+
+    /// What the servers received, `METHOD PATH` per request.
+    fn requests(&self) -> Vec<String> {
+        let log = std::fs::read_to_string(self.dir.path().join("requests.log")).unwrap_or_default();
+        log.lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                format!(
+                    "{} {}",
+                    v["method"].as_str().unwrap(),
+                    v["path"].as_str().unwrap()
+                )
+            })
+            .collect()
+    }
+}
+
+/// `runsbx call --json` of `script` (sh) with `opts`, the proxy trusting
+/// the test CA for upstreams.
+fn call(fx: &Fixture, up: &Upstream, opts: &[String], script: &str) -> (Out, Value) {
+    let mut args: Vec<String> = vec![
+        "call".into(),
+        "--json".into(),
+        "--timeout".into(),
+        "120s".into(),
+    ];
+    args.extend(opts.iter().cloned());
+    args.extend(["--".into(), "sh".into(), "-c".into(), script.into()]);
+    let mut cmd = fx.cmd(&args);
+    cmd.env("SSL_CERT_FILE", up.trust());
+    let out = output_via_files(&mut cmd);
+    let json = out.json();
+    (out, json)
+}
+
+fn opts(up: &Upstream, allow: &[String]) -> Vec<String> {
+    let mut o = Vec::new();
+    for a in allow {
+        o.extend(["--allow".to_owned(), a.clone()]);
+    }
+    for (name, port) in [("allowed.test", up.port), ("whole.test", up.whole_port)] {
+        o.extend([
+            "--proxy-resolve".to_owned(),
+            format!("{name}=127.0.0.1"),
+            "--proxy-allow-address".to_owned(),
+            format!("127.0.0.1:{port}"),
+        ]);
+    }
+    o
+}
+
+fn have_tools() -> bool {
+    let image = Path::new("/var/lib/runsbx/images/python/rootfs/usr/bin");
+    kit::have_python_image()
+        && ["git", "curl", "openssl"]
+            .iter()
+            .all(|t| image.join(t).exists())
+}
+
+fn https_requests_are_read_and_judged(fx: Fixture) {
+    if !have_tools() {
+        skip!("the `python` image lacks git, curl or openssl: rebuild it (`sudo runsbx image build --replace python`)");
+    }
+    let up = Upstream::start();
+    let p = up.port;
+    let allow = [
+        format!("GET,HEAD allowed.test:{p}/api/**"),
+        format!("GET allowed.test:{p}/git/repo.git/info/refs?service=git-upload-pack"),
+        format!("POST allowed.test:{p}/git/repo.git/git-upload-pack"),
+        format!("GET allowed.test:{p}/simple/**"),
+    ];
+    let mut o = opts(&up, &allow);
+    o.extend([
+        "--allow-host".to_owned(),
+        format!("whole.test:{}", up.whole_port),
+    ]);
+    let base = format!("https://allowed.test:{p}");
+    let script = format!(
+        r#"
+unset NO_PROXY no_proxy
+python3 -c "import urllib.request as u; print('urllib', u.urlopen('{base}/api/a').read().decode())"
+python3 -c "import requests; print('requests', requests.get('{base}/api/b').text)"
+echo "curl $(curl -sS {base}/api/c)"
+echo "post $(curl -sS -o /dev/null -w '%{{http_code}}' -X POST -d x {base}/api/c)"
+git clone -q {base}/git/repo.git /tmp/repo && echo "clone $(cat /tmp/repo/README)"
+cd /tmp/repo && git -c user.name=a -c user.email=a@a commit -q --allow-empty -m two
+git push -q origin HEAD:main >/dev/null 2>&1; echo "push $?"
+pip index versions tool --index-url {base}/simple 2>/dev/null | head -1 | sed 's/^/pip /'
+echo | openssl s_client -proxy 127.0.0.1:3128 -connect allowed.test:{p} -servername allowed.test 2>/dev/null | grep -m1 '^issuer' | sed 's/^/inspected /'
+echo | openssl s_client -proxy 127.0.0.1:3128 -connect whole.test:{whole} -servername whole.test 2>/dev/null | grep -m1 '^issuer' | sed 's/^/tunnelled /'
+"#,
+        whole = up.whole_port
+    );
+    let (out, r) = call(&fx, &up, &o, &script);
+    assert_eq!(r["exit_code"], 0, "{out:?}");
+    let stdout = r["stdout"]["data"].as_str().unwrap();
+    for line in [
+        "urllib hello GET /api/a",
+        "requests hello GET /api/b",
+        "curl hello GET /api/c",
+        "post 403",
+        "clone inspected clone",
+        "push 128",
+        "pip tool (1.0)",
+        "inspected issuer=CN = runsbx sandbox CA ",
+        "tunnelled issuer=CN = runsbx test upstream CA",
+    ] {
+        assert!(
+            stdout.contains(line),
+            "missing {line:?} in:\n{stdout}\n{}",
+            r["stderr"]
+        );
+    }
+    // The server saw the allowed requests and none of the refused ones.
+    let seen = up.requests();
+    assert!(seen.contains(&"GET /api/a".to_owned()), "{seen:?}");
+    assert!(
+        seen.contains(&"POST /git/repo.git/git-upload-pack".to_owned()),
+        "{seen:?}"
+    );
+    assert!(!seen.iter().any(|r| r.starts_with("POST /api")), "{seen:?}");
+    assert!(!seen.iter().any(|r| r.contains("receive-pack")), "{seen:?}");
+    let denied = r["egress"]["denied"].as_array().unwrap();
+    let refused: Vec<String> = denied
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e["reason"]["code"].as_str().unwrap(),
+                e["method"].as_str().unwrap(),
+                e["path"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(
+        refused.contains(&"request_not_allowed POST /api/c".to_owned()),
+        "{refused:?}"
+    );
+    assert!(
+        refused.contains(
+            &"request_not_allowed GET /git/repo.git/info/refs?service=git-receive-pack".to_owned()
+        ),
+        "{refused:?}"
+    );
+    let push = denied
+        .iter()
+        .find(|e| e["path"].as_str().unwrap().contains("receive-pack"))
+        .unwrap();
+    assert_eq!(push["host"], "allowed.test");
+    assert!(
+        push["reason"]["rules"].as_array().unwrap().len() == 4,
+        "{push}"
+    );
+    // Nothing of the inspection is left: no state, no trust bundle.
+    fx.assert_clean();
+}
+
+as_root_and_rootless!(RUNSBX, https_requests_are_read_and_judged: inspect_as_root, inspect_rootless);
+
+/// Without request rules, nothing is inspected: no trust bundle, no
+/// variables, the end-to-end certificate.
+fn hosts_allowed_whole_are_not_inspected(fx: Fixture) {
+    if !have_tools() {
+        skip!("the `python` image lacks git, curl or openssl: rebuild it (`sudo runsbx image build --replace python`)");
+    }
+    let up = Upstream::start();
+    let mut o = opts(&up, &[]);
+    o.extend([
+        "--allow-host".to_owned(),
+        format!("whole.test:{}", up.whole_port),
+    ]);
+    let script = format!(
+        r#"
+echo "env ${{SSL_CERT_FILE:-none}}"
+grep -c 'runsbx' /proc/self/mountinfo | sed 's/^/mounts /'
+echo | openssl s_client -proxy 127.0.0.1:3128 -connect whole.test:{} -servername whole.test 2>/dev/null | grep -m1 '^issuer'
+"#,
+        up.whole_port
+    );
+    let (out, r) = call(&fx, &up, &o, &script);
+    assert_eq!(r["exit_code"], 0, "{out:?}");
+    let stdout = r["stdout"]["data"].as_str().unwrap();
+    assert!(stdout.contains("env none"), "{stdout}");
+    assert!(
+        stdout.contains("issuer=CN = runsbx test upstream CA"),
+        "{stdout}"
+    );
+    let mounts = layer_detail(&r, "no_host_mounts");
+    assert!(!mounts.contains("TLS trust"), "{mounts}");
+}
+
+as_root_and_rootless!(RUNSBX, hosts_allowed_whole_are_not_inspected: whole_as_root, whole_rootless);
+
+fn layer_detail(r: &Value, name: &str) -> String {
+    r["attestation"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["layer"] == name)
+        .map(|l| l["detail"].as_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+/// An image without a CA bundle cannot be made to trust the inspection's
+/// CA: the call is refused before anything is made.
+fn an_image_without_a_ca_bundle_is_refused(fx: Fixture) {
+    let rootfs = kit::rootfs();
+    if rootfs.join("etc/ssl/certs/ca-certificates.crt").exists() {
+        panic!("the busybox rootfs was expected to have no CA bundle");
+    }
+    let out = fx.run([
+        "call",
+        "--rootfs",
+        rootfs.to_str().unwrap(),
+        "--allow",
+        "GET allowed.test/x",
+        "--",
+        "/bin/true",
+    ]);
+    assert_eq!(out.code, 125, "{out:?}");
+    let first = out.stderr.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("GET allowed.test/x") && first.contains("ca-certificates"),
+        "{first}"
+    );
+    fx.assert_clean();
+}
+
+as_root_and_rootless!(RUNSBX, an_image_without_a_ca_bundle_is_refused: no_bundle_as_root, no_bundle_rootless);
