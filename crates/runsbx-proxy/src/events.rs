@@ -34,6 +34,9 @@ pub enum DenyReason {
     /// rules, listed as written), and this one is none of them, or cannot
     /// be read to be checked.
     RequestNotAllowed { rules: Vec<String> },
+    /// A secret's sentinel was sent where its value may not go: another
+    /// host, another header, a path.
+    SecretMisdirected { secret: String },
 }
 
 impl DenyReason {
@@ -47,6 +50,7 @@ impl DenyReason {
             Self::BadRequest => "bad_request",
             Self::LimitReached => "limit_reached",
             Self::RequestNotAllowed { .. } => "request_not_allowed",
+            Self::SecretMisdirected { .. } => "secret_misdirected",
         }
     }
 }

@@ -112,6 +112,9 @@ pub(crate) fn deny_message(reason: &DenyReason, host: &str, port: u16, detail: &
             "runsbx: bad proxy request ({detail}); send CONNECT host:port or an absolute http:// URL"
         ),
         DenyReason::LimitReached => format!("runsbx: egress limit reached ({detail})"),
+        DenyReason::SecretMisdirected { .. } => {
+            format!("runsbx: egress to {dest} is blocked by policy ({detail}); do not retry")
+        }
         DenyReason::RequestNotAllowed { rules } => format!(
             "runsbx: egress to {dest} is blocked by policy ({detail}; the allowlist lets through \
              only {} there); do not retry",

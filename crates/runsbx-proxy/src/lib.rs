@@ -25,6 +25,7 @@ mod http;
 mod inspect;
 mod inspect_http;
 mod relay;
+mod secrets;
 mod server;
 mod tls;
 
@@ -42,6 +43,7 @@ pub use allowlist::{Access, Allowlist, AllowlistError};
 pub use events::{DenyEvent, DenyReason, ProxyStats};
 pub use host::{Host, HostError};
 pub use inspect::{inspect, InspectLimits, Inspected, InspectedRequest, RelayEnd, Verdict};
+pub use secrets::Secret;
 pub use tls::{SandboxCa, TlsError, UpstreamTrust};
 
 use events::Shared;
@@ -76,6 +78,9 @@ pub struct ProxyConfig {
     /// opens to some requests only is served by reading those requests
     /// (`inspect`); without it, such a tunnel is refused.
     pub inspect: Option<Arc<Inspection>>,
+    /// Credentials put in place of their sentinels (see secrets.rs); a
+    /// secret's host is inspected, so that its requests can be read.
+    pub secrets: Vec<Secret>,
 }
 
 /// What TLS inspection needs for one sandbox: its CA (in memory, for the
@@ -110,6 +115,7 @@ impl Default for ProxyConfig {
             max_bytes: 1 << 30,
             max_events: 1000,
             inspect: None,
+            secrets: Vec::new(),
         }
     }
 }
@@ -216,6 +222,7 @@ fn settings(config: ProxyConfig) -> Settings {
             resolve_timeout: config.connect_timeout,
         },
         inspect: config.inspect,
+        secrets: config.secrets,
         max_connections: config.max_connections,
         idle_timeout: config.idle_timeout,
         connect_timeout: config.connect_timeout,

@@ -22,6 +22,16 @@ pub struct Call {
     /// The command's stdin: a file, or `-` for runsbx's own (default: empty)
     #[arg(long, value_name = "FILE|-")]
     pub stdin: Option<String>,
+    /// A credential the command may use but never see (repeatable): its
+    /// value from a file (not readable by others) or runsbx's own
+    /// environment; the command gets RUNSBX_SECRET_NAME, a sentinel that the
+    /// egress proxy replaces with the value in header H (default
+    /// Authorization) of requests to HOST, which must be allowed
+    #[arg(
+        long = "secret",
+        value_name = "NAME=file:PATH|env:VAR,host=HOST[:PORT][,header=H]"
+    )]
+    pub secrets: Vec<String>,
     /// Copy a host file or directory into /workspace (repeatable)
     #[arg(long = "input", short = 'i', value_name = "HOST_PATH[:SANDBOX_PATH]")]
     pub inputs: Vec<String>,
@@ -202,6 +212,32 @@ pub(crate) fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest
     if let Some(m) = &sandbox.memory {
         size("memory", m)?;
     }
+    let secrets = args
+        .secrets
+        .iter()
+        .map(|s| parse_secret(s))
+        .collect::<Result<Vec<_>>>()?;
+    let mut env: Vec<(String, String)> = args
+        .env
+        .iter()
+        .map(|e| parse_env(e))
+        .collect::<Result<_, _>>()?;
+    for (i, s) in secrets.iter().enumerate() {
+        let var = format!("{SECRET_PREFIX}{}", s.name);
+        if secrets[..i].iter().any(|o| o.name == s.name) {
+            anyhow::bail!(
+                "--secret {}: given twice; give each secret one name",
+                s.name
+            );
+        }
+        if env.iter().any(|(k, _)| *k == var) {
+            anyhow::bail!(
+                "--secret {}: --env sets {var} too; leave it to the secret",
+                s.name
+            );
+        }
+        env.push((var, s.sentinel.clone()));
+    }
     Ok(CallRequest {
         image: sandbox.image,
         rootfs: sandbox.rootfs,
@@ -212,11 +248,8 @@ pub(crate) fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest
         timeout: sandbox.timeout.as_deref().map(parse_duration).transpose()?,
         memory: sandbox.memory,
         pids: sandbox.pids,
-        env: args
-            .env
-            .iter()
-            .map(|e| parse_env(e))
-            .collect::<Result<_, _>>()?,
+        env,
+        secrets,
         stdin: match args.stdin.as_deref() {
             None => StdinFrom::Null,
             Some("-") => StdinFrom::Inherit,
@@ -259,6 +292,111 @@ fn parse_env(arg: &str) -> Result<(String, String)> {
         }
         _ => anyhow::bail!("--env {arg:?}: use KEY=VALUE with a KEY of letters, digits and _"),
     }
+}
+
+/// The variable that holds a secret's sentinel in the sandbox.
+const SECRET_PREFIX: &str = "RUNSBX_SECRET_";
+
+/// `NAME=file:PATH|env:VAR,host=HOST[:PORT][,header=H]`: the value read
+/// now, into runsbx's memory only; a sentinel made for it.
+fn parse_secret(arg: &str) -> Result<call::Secret> {
+    let bad = |why: String| anyhow::anyhow!("--secret {arg:?}: {why}");
+    let mut parts = arg.split(',');
+    let (name, source) = parts
+        .next()
+        .and_then(|p| p.split_once('='))
+        .ok_or_else(|| bad("write NAME=file:PATH or NAME=env:VAR, then ,host=HOST".into()))?;
+    if name.is_empty()
+        || !name
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
+        || name.starts_with(|c: char| c.is_ascii_digit())
+    {
+        return Err(bad(format!(
+            "the name {name:?} must be upper-case letters, digits and _ (it becomes {SECRET_PREFIX}{name})"
+        )));
+    }
+    let (mut host, mut header) = (None, "Authorization".to_owned());
+    for part in parts {
+        match part.split_once('=') {
+            Some(("host", h)) => host = Some(h.to_owned()),
+            Some(("header", h))
+                if !h.is_empty()
+                    && h.bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) =>
+            {
+                header = h.to_owned()
+            }
+            Some(("header", h)) => return Err(bad(format!("{h:?} is not a header name"))),
+            _ => {
+                return Err(bad(format!(
+                    "{part:?}: only host=HOST[:PORT] and header=NAME follow"
+                )))
+            }
+        }
+    }
+    let host = host.ok_or_else(|| bad("name the one host it goes to: ,host=HOST".into()))?;
+    let (host, port) = match host.rsplit_once(':') {
+        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => match p.parse::<u16>() {
+            Ok(p) if p > 0 => (h.to_owned(), Some(p)),
+            _ => (host.clone(), None),
+        },
+        _ => (host.clone(), None),
+    };
+    let host: call::SecretHost = host
+        .parse()
+        .map_err(|e| bad(format!("host {host:?}: {e}")))?;
+    let value = match source.split_once(':') {
+        Some(("file", path)) => secret_file(path).map_err(bad)?,
+        Some(("env", var)) => std::env::var(var)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .ok_or_else(|| bad(format!("runsbx's environment has no {var}")))?,
+        _ => return Err(bad("the value comes from file:PATH or env:VAR".into())),
+    };
+    if value.bytes().any(|b| b == b'\r' || b == b'\n' || b == 0) {
+        return Err(bad(
+            "the value holds a line break or NUL, which no header may".into(),
+        ));
+    }
+    Ok(call::Secret {
+        sentinel: format!("runsbx-secret-{name}-{}", random_hex()?),
+        name: name.to_owned(),
+        value,
+        host,
+        port,
+        header,
+    })
+}
+
+/// A secret file's value (one trailing line break dropped), refused when
+/// others may read it: a credential others can read is already leaked.
+fn secret_file(path: &str) -> std::result::Result<String, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let meta = std::fs::metadata(path).map_err(|e| format!("{path}: {e}"))?;
+    if !meta.is_file() {
+        return Err(format!("{path} is not a file"));
+    }
+    if meta.permissions().mode() & 0o004 != 0 {
+        return Err(format!(
+            "{path} is readable by every user: chmod o-r {path}"
+        ));
+    }
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+    let value = text.strip_suffix('\n').unwrap_or(&text);
+    let value = value.strip_suffix('\r').unwrap_or(value);
+    if value.is_empty() {
+        return Err(format!("{path} is empty"));
+    }
+    Ok(value.to_owned())
+}
+
+/// 16 random bytes as hex, for a sentinel no one can guess.
+fn random_hex() -> Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// The egress flags of `call` and `session create`.

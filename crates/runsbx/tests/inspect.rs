@@ -57,7 +57,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def handle_any(self):
         data = self.body()
         with open(log, "a") as f:
-            f.write(json.dumps({"method": self.command, "path": self.path}) + "\n")
+            f.write(json.dumps({"method": self.command, "path": self.path,
+                                "host": self.headers.get("Host", ""),
+                                "auth": self.headers.get("Authorization", "")}) + "\n")
         if self.path.startswith("/git/"):
             path, _, query = self.path[len("/git"):].partition("?")
             env = dict(os.environ, GIT_PROJECT_ROOT=git_root, GIT_HTTP_EXPORT_ALL="1",
@@ -247,6 +249,19 @@ impl Upstream {
 
     fn trust(&self) -> PathBuf {
         self.dir.path().join("upstream-trust.pem")
+    }
+
+    /// What the servers received, `HOST METHOD PATH AUTHORIZATION` per
+    /// request.
+    fn requests_with_auth(&self) -> Vec<String> {
+        let log = std::fs::read_to_string(self.dir.path().join("requests.log")).unwrap_or_default();
+        log.lines()
+            .map(|l| {
+                let v: Value = serde_json::from_str(l).unwrap();
+                let s = |k: &str| v[k].as_str().unwrap().to_owned();
+                format!("{} {} {} {}", s("host"), s("method"), s("path"), s("auth"))
+            })
+            .collect()
     }
 
     /// What the servers received, `METHOD PATH` per request.
@@ -477,3 +492,184 @@ fn an_image_without_a_ca_bundle_is_refused(fx: Fixture) {
 }
 
 as_root_and_rootless!(RUNSBX, an_image_without_a_ca_bundle_is_refused: no_bundle_as_root, no_bundle_rootless);
+
+/// `--secret`: the sandbox holds a sentinel; the upstream of the secret's
+/// host gets the credential in its header; the sentinel sent to another
+/// host, or in the path, is refused and reported; the credential's bytes
+/// are nowhere the sandbox or the caller can see.
+fn secrets_reach_their_host_and_nowhere_else(fx: Fixture) {
+    if !have_tools() {
+        skip!("the `python` image lacks git, curl or openssl: rebuild it (`sudo runsbx image build --replace python`)");
+    }
+    let up = Upstream::start();
+    let (p, w) = (up.port, up.whole_port);
+    let value = format!("cred-{}", std::process::id() as u64 * 7919 + 123_457);
+    let file = up.dir.path().join("api.secret");
+    std::fs::write(&file, format!("{value}\n")).unwrap();
+    std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    if fx.rootless() {
+        let u = kit::test_user().unwrap();
+        nix::unistd::chown(&file, Some(u.uid.into()), Some(u.gid.into())).unwrap();
+    }
+    let mut o = opts(&up, &[]);
+    o.extend([
+        "--allow-host".to_owned(),
+        format!("allowed.test:{p}"),
+        "--allow-host".to_owned(),
+        format!("whole.test:{w}"),
+        "--secret".to_owned(),
+        format!("API=file:{},host=allowed.test:{p}", file.display()),
+    ]);
+    let script = format!(
+        r#"
+unset NO_PROXY no_proxy
+env > /workspace/env.txt
+echo "sentinel $(echo $RUNSBX_SECRET_API | cut -c1-18)"
+curl -sS -H "Authorization: Bearer $RUNSBX_SECRET_API" https://allowed.test:{p}/api/s | tee /workspace/body.txt; echo
+echo "other $(curl -sS -o /dev/null -w '%{{http_code}}' -H "Authorization: Bearer $RUNSBX_SECRET_API" https://whole.test:{w}/x)"
+echo "path $(curl -sS -o /dev/null -w '%{{http_code}}' "https://allowed.test:{p}/api/t?k=$RUNSBX_SECRET_API")"
+echo "header $(curl -sS -o /dev/null -w '%{{http_code}}' -H "X-Leak: $RUNSBX_SECRET_API" https://allowed.test:{p}/api/u)"
+"#
+    );
+    let outdir = tempfile::tempdir().unwrap();
+    sh(Command::new("chmod").arg("777").arg(outdir.path()));
+    o.extend([
+        "--output".to_owned(),
+        "*.txt".to_owned(),
+        "--output-dir".to_owned(),
+        outdir.path().display().to_string(),
+    ]);
+    let (out, r) = call(&fx, &up, &o, &script);
+    assert_eq!(r["exit_code"], 0, "{out:?}");
+    let stdout = r["stdout"]["data"].as_str().unwrap();
+    for line in [
+        "sentinel runsbx-secret-API",
+        "hello GET /api/s",
+        "other 403",
+        "path 403",
+        "header 403",
+    ] {
+        assert!(
+            stdout.contains(line),
+            "missing {line:?} in:\n{stdout}\n{}",
+            r["stderr"]
+        );
+    }
+    // The upstream of the secret's host got the credential, once; no
+    // other request carried it or its sentinel.
+    let seen = up.requests_with_auth();
+    assert!(
+        seen.contains(&format!("allowed.test:{p} GET /api/s Bearer {value}")),
+        "{seen:?}"
+    );
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let denied = r["egress"]["denied"].as_array().unwrap();
+    let codes: Vec<String> = denied
+        .iter()
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e["reason"]["code"].as_str().unwrap(),
+                e["host"].as_str().unwrap(),
+                e["reason"]["secret"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    assert_eq!(
+        codes,
+        [
+            "secret_misdirected whole.test API",
+            "secret_misdirected allowed.test API",
+            "secret_misdirected allowed.test API"
+        ],
+        "{denied:?}"
+    );
+    // The credential's bytes: not in the sandbox's output or files, not in
+    // the result, not in what runsbx printed.
+    let files: String = ["env.txt", "body.txt"]
+        .iter()
+        .map(|f| std::fs::read_to_string(outdir.path().join(f)).unwrap())
+        .collect();
+    assert!(
+        files.contains("RUNSBX_SECRET_API=runsbx-secret-API-"),
+        "{files}"
+    );
+    for (what, text) in [
+        ("files", files.as_str()),
+        ("result", &r.to_string()),
+        ("stdout", &out.stdout),
+        ("stderr", &out.stderr),
+    ] {
+        assert!(!text.contains(&value), "the credential is in the {what}");
+    }
+    fx.assert_clean();
+}
+
+as_root_and_rootless!(RUNSBX, secrets_reach_their_host_and_nowhere_else: secrets_as_root, secrets_rootless);
+
+/// Bad `--secret`s: each refused with its cause first, nothing made.
+fn bad_secrets_are_refused(fx: Fixture) {
+    let dir = tempfile::tempdir().unwrap();
+    let open_file = dir.path().join("open.secret");
+    std::fs::write(&open_file, "v\n").unwrap();
+    std::fs::set_permissions(
+        &open_file,
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    let cases = [
+        (
+            format!("A=file:{}/missing,host=h.test", dir.path().display()),
+            vec!["--allow-host", "h.test"],
+            "No such file",
+        ),
+        (
+            format!("A=file:{},host=h.test", open_file.display()),
+            vec!["--allow-host", "h.test"],
+            "chmod o-r",
+        ),
+        (
+            "A=env:RUNSBX_TEST_NO_SUCH_VAR,host=h.test".to_owned(),
+            vec!["--allow-host", "h.test"],
+            "no RUNSBX_TEST_NO_SUCH_VAR",
+        ),
+        (
+            "lower=env:HOME,host=h.test".to_owned(),
+            vec!["--allow-host", "h.test"],
+            "upper-case",
+        ),
+        (
+            "A=env:HOME".to_owned(),
+            vec!["--allow-host", "h.test"],
+            "host=HOST",
+        ),
+        (
+            "A=env:HOME,host=other.test".to_owned(),
+            vec!["--allow-host", "h.test"],
+            "not on the call's allowlist",
+        ),
+        (
+            "A=env:HOME,host=h.test".to_owned(),
+            vec!["--secret", "A=env:HOME,host=h.test"],
+            "given twice",
+        ),
+        (
+            "A=env:HOME,host=h.test".to_owned(),
+            vec!["--env", "RUNSBX_SECRET_A=x"],
+            "--env sets RUNSBX_SECRET_A",
+        ),
+    ];
+    for (secret, extra, needle) in cases {
+        let mut args = vec!["call".to_owned(), "--secret".to_owned(), secret.clone()];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args.extend(["--".to_owned(), "/bin/true".to_owned()]);
+        let out = fx.run(&args);
+        assert_eq!(out.code, 125, "{secret}: {out:?}");
+        let first = out.stderr.lines().next().unwrap_or_default();
+        assert!(first.contains(needle), "{secret}: {first}");
+        assert!(!first.contains("v\n"));
+    }
+    fx.assert_clean();
+}
+
+as_root_and_rootless!(RUNSBX, bad_secrets_are_refused: bad_secrets_as_root, bad_secrets_rootless);

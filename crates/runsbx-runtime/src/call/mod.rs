@@ -41,6 +41,7 @@ pub use request::{CallRequest, LiveOutput, StdinFrom};
 pub use result::{
     CallError, CallResult, EgressReport, Limits, SessionReport, Status, Tails, SCHEMA,
 };
+pub use runsbx_proxy::{Host as SecretHost, Secret};
 pub use sweep::sweep;
 pub use warm::Hold;
 
@@ -362,6 +363,7 @@ impl<'a> Sandbox<'a> {
             supervision: Supervision::Caller,
             id_range,
             stub: stub.as_ref().map(|(s, _)| s.clone()),
+            secrets: &plan.secrets,
         };
         let built = create::build_or_clean(root, id, &source, req, lock)?;
         // The init holds its own copy of the stub's end now.

@@ -47,6 +47,8 @@ pub(crate) struct SandboxPlan {
     /// A warm call's: the stub its init waits on, and the stub's end of
     /// the socket, held until the init is cloned (see sandbox/stub.rs).
     pub stub: Option<(crate::sandbox::stub::Stub, OwnedFd)>,
+    /// The call's `--secret`s, for its proxy.
+    pub secrets: Vec<runsbx_proxy::Secret>,
 }
 
 impl CallPlan {
@@ -113,10 +115,12 @@ impl CallPlan {
             }
         };
         let stdin = open_stdin(&req.stdin)?;
-        if let Some(egress) = &req.egress {
-            runsbx_proxy::Allowlist::parse(&egress.allow)
-                .map_err(|e| RuntimeError::invalid("--allow-host or --allow", e.to_string()))?;
-        }
+        let allow = match &req.egress {
+            Some(egress) => runsbx_proxy::Allowlist::parse(&egress.allow)
+                .map_err(|e| RuntimeError::invalid("--allow-host or --allow", e.to_string()))?,
+            None => runsbx_proxy::Allowlist::default(),
+        };
+        check_secrets(&req.secrets, &allow)?;
         // A session's home is its workspace, which persists (`pip install
         // --user`, dotfiles).
         let home = if session.is_some() {
@@ -161,6 +165,7 @@ impl CallPlan {
                 overrides,
                 policy,
                 stub: None,
+                secrets: req.secrets.clone(),
             },
             workspace_size,
             req: req.clone(),
@@ -186,6 +191,24 @@ pub(super) fn check_files(req: &CallRequest) -> Result<()> {
                 format!("{e} (give an existing file or directory)"),
             )
         })?;
+    }
+    Ok(())
+}
+
+/// A secret goes only to a host the call may reach: its requests are
+/// inspected, and a CA for a host the sandbox cannot reach is refused.
+fn check_secrets(secrets: &[runsbx_proxy::Secret], allow: &runsbx_proxy::Allowlist) -> Result<()> {
+    for s in secrets {
+        let ports = s.port.map_or(vec![80, 443], |p| vec![p]);
+        if !ports.iter().any(|p| allow.allows(&s.host, *p)) {
+            return Err(RuntimeError::invalid(
+                format!("--secret {}", s.name),
+                format!(
+                    "its host {} is not on the call's allowlist: allow it with --allow-host or --allow",
+                    s.host
+                ),
+            ));
+        }
     }
     Ok(())
 }

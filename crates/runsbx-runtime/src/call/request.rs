@@ -58,6 +58,9 @@ pub struct CallRequest {
     /// Egress through the proxy (`--allow-host` and its companions);
     /// `None`: no way out at all, whatever the profile allows.
     pub egress: Option<runsbx_policy::EgressPlan>,
+    /// Credentials the proxy puts in place of their sentinels (`--secret`);
+    /// their values never enter the sandbox. Their sentinels are in `env`.
+    pub secrets: Vec<runsbx_proxy::Secret>,
 }
 
 impl CallRequest {

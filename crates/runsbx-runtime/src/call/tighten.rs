@@ -204,6 +204,7 @@ mod tests {
             command: vec!["true".to_owned()],
             live: LiveOutput::Quiet,
             egress: None,
+            secrets: Vec::new(),
         }
     }
 

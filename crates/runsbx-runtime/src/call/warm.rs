@@ -193,6 +193,14 @@ impl Fitter {
         if req.egress != t.egress {
             return differs("egress");
         }
+        if !req.secrets.is_empty() {
+            // A secret lives in the proxy of the sandbox it was given to;
+            // the warm sandbox's proxy was made without it.
+            return Err(
+                "it carries secrets (--secret), which a sandbox's proxy gets when it is made"
+                    .to_owned(),
+            );
+        }
         if req.stdin == StdinFrom::Inherit {
             // A pool's own stdin is its control channel.
             return Err("it reads runsbx's stdin".to_owned());

@@ -56,6 +56,9 @@ pub(crate) struct Request<'a> {
     /// A warm sandbox's init waits for its command on this stub instead of
     /// running the spec's (see sandbox/stub.rs).
     pub stub: Option<crate::sandbox::stub::Stub>,
+    /// A call's secrets, which its proxy puts in place of their sentinels
+    /// (their hosts are inspected).
+    pub secrets: &'a [runsbx_proxy::Secret],
 }
 
 /// Where the container's stdio goes.
@@ -130,6 +133,7 @@ pub(crate) fn build(
         supervision: Supervision::Forked,
         id_range: None,
         stub: None,
+        secrets: &[],
     };
     let built = build_or_clean(root, id, &source, req, lock)?;
     if built.resources_dropped {
@@ -189,7 +193,10 @@ fn build_from(
     // Request rules over HTTPS need the proxy to read the requests: a CA
     // of this sandbox's own, which its TLS clients are made to trust.
     let inspection = match &hardened.egress {
-        Some(plan) if egress::inspects(plan) && creates_netns(&hardened.spec) => {
+        Some(plan)
+            if (egress::inspects(plan) || !req.secrets.is_empty())
+                && creates_netns(&hardened.spec) =>
+        {
             let inspection = egress::Inspection::prepare(
                 &bundle::Effective::path(root, id),
                 &hardened.spec,
@@ -251,7 +258,13 @@ fn build_from(
     let init = init_pid(&container)?;
     let trust_bundle = inspection.as_ref().map(|i| i.bundle.clone());
     let duties = Duties {
-        proxy: network_up(init, &spec, hardened.egress.as_ref(), inspection)?,
+        proxy: network_up(
+            init,
+            &spec,
+            hardened.egress.as_ref(),
+            inspection,
+            req.secrets,
+        )?,
         deadline: hardened.deadline,
     };
     // Inside runsbx's own user namespace the creator looks like root.
@@ -443,6 +456,7 @@ fn network_up(
     spec: &Spec,
     egress: Option<&runsbx_policy::EgressPlan>,
     inspection: Option<egress::Inspection>,
+    secrets: &[runsbx_proxy::Secret],
 ) -> Result<Option<(std::net::TcpListener, runsbx_proxy::ProxyConfig)>> {
     if !creates_netns(spec) {
         return Ok(None);
@@ -454,7 +468,7 @@ fn network_up(
     };
     Ok(Some((
         netns::listen_in(init, own_userns, egress::PROXY_PORT)?,
-        egress::proxy_config(plan, inspection)?,
+        egress::proxy_config(plan, inspection, secrets)?,
     )))
 }
 

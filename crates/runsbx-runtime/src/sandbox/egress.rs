@@ -23,6 +23,7 @@ pub use runsbx_policy::PROXY_PORT;
 pub fn proxy_config(
     plan: &EgressPlan,
     inspection: Option<Inspection>,
+    secrets: &[runsbx_proxy::Secret],
 ) -> Result<runsbx_proxy::ProxyConfig> {
     let allow = runsbx_proxy::Allowlist::parse(&plan.allow)
         .map_err(|e| RuntimeError::invalid("the egress allowlist", e.to_string()))?;
@@ -30,6 +31,7 @@ pub fn proxy_config(
     config.hosts = plan.resolve.clone().into_iter().collect();
     config.allow_addresses = plan.allow_addresses.clone();
     config.inspect = inspection.map(|i| i.tls);
+    config.secrets = secrets.to_vec();
     Ok(config)
 }
 
