@@ -119,6 +119,7 @@ pub fn host_facts(id_range: Option<IdRange>) -> HostFacts {
         cgroups: privilege::can_manage_cgroups(),
         proc_subset: kernel_at_least(5, 8),
         call_workspace: None,
+        seccomp_listener: None,
         session: false,
         rootfs_container_layer: false,
         pod: None,
