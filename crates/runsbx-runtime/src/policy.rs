@@ -152,17 +152,20 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
 }
 
 /// Hardens and verifies `spec` for container `id`, tightened by its
-/// annotations or, for a call, by the typed `overrides` of its options.
+/// annotations or, for a call, by the typed `overrides` of its options;
+/// a call's seccomp denials are reported to its `seccomp_listener`.
 pub fn apply(
     policy: &Policy,
     spec: Spec,
     id_range: Option<IdRange>,
     call_workspace: Option<&crate::sandbox::workspace::Workspace>,
+    seccomp_listener: Option<&Path>,
     pod: Option<runsbx_policy::PodJoin>,
     overrides: Option<&Overrides>,
 ) -> Result<Hardened> {
     let host = HostFacts {
         call_workspace: call_workspace.map(|w| w.dir.clone()),
+        seccomp_listener: seccomp_listener.map(Path::to_path_buf),
         session: call_workspace.is_some_and(|w| w.is_session()),
         // Only a rootfs the spec asks to write needs the probe (a read of
         // mountinfo): a call's, and most, are read-only anyway.

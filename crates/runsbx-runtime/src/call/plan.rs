@@ -47,6 +47,9 @@ pub(crate) struct SandboxPlan {
     /// A warm call's: the stub its init waits on, and the stub's end of
     /// the socket, held until the init is cloned (see sandbox/stub.rs).
     pub stub: Option<(crate::sandbox::stub::Stub, OwnedFd)>,
+    /// The socket the sandbox's seccomp denials are reported to, bound
+    /// once the call's directory exists.
+    pub seccomp_listener: Option<PathBuf>,
 }
 
 impl CallPlan {
@@ -161,6 +164,7 @@ impl CallPlan {
                 overrides,
                 policy,
                 stub: None,
+                seccomp_listener: None,
             },
             workspace_size,
             req: req.clone(),

@@ -2,7 +2,7 @@
 //! process waits for `start`. The order of the steps is [`build_from`].
 
 use std::os::fd::OwnedFd;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::Container;
@@ -48,6 +48,9 @@ pub(crate) struct Request<'a> {
     /// A workspace of the sandbox's own, bound at /workspace in place of
     /// the profile's tmpfs and given to the sandbox's root.
     pub workspace: Option<&'a Workspace>,
+    /// Where the sandbox's seccomp denials are reported (a call's
+    /// listener, see sandbox/seccomp_events.rs); `None`: unreported.
+    pub seccomp_listener: Option<&'a Path>,
     pub supervision: Supervision,
     /// As root, the host id range a session keeps for its calls (its own
     /// slot, which the sandbox neither records nor releases); `None`: a
@@ -125,6 +128,7 @@ pub(crate) fn build(
         overrides: None,
         stdio: Stdio::Inherited,
         workspace: None,
+        seccomp_listener: None,
         supervision: Supervision::Forked,
         id_range: None,
         stub: None,
@@ -295,6 +299,7 @@ fn harden(
         req.policy,
         range,
         req.workspace,
+        req.seccomp_listener,
         pod_join,
         req.overrides,
     )?;
@@ -314,11 +319,20 @@ pub(crate) fn harden_source(
     policy: &Policy,
     range: Option<runsbx_policy::IdRange>,
     workspace: Option<&Workspace>,
+    seccomp_listener: Option<&Path>,
     pod_join: Option<runsbx_policy::PodJoin>,
     overrides: Option<&Overrides>,
 ) -> Result<runsbx_policy::Hardened> {
     let input = bundle::absolutize(source);
-    let hardened = policy::apply(policy, input, range, workspace, pod_join, overrides)?;
+    let hardened = policy::apply(
+        policy,
+        input,
+        range,
+        workspace,
+        seccomp_listener,
+        pod_join,
+        overrides,
+    )?;
     bundle::check_cwd(source, &hardened.spec)?;
     bundle::check_process(source, &hardened.spec)?;
     Ok(hardened)

@@ -27,5 +27,6 @@ pub fn harden_bundle(bundle: &Path, config: Option<&Path>) -> Result<runsbx_poli
         None,
         None,
         None,
+        None,
     )
 }
