@@ -50,6 +50,11 @@ pub struct HostFacts {
     /// profile's tmpfs, so that inputs can be put in and outputs taken out
     /// from the host side. Never set from a spec or an annotation.
     pub call_workspace: Option<std::path::PathBuf>,
+    /// For a sandbox whose maker serves its seccomp denials (`runsbx
+    /// call`): the unix socket runsbx listens on, in its private state for
+    /// this sandbox alone. The filter then reports each denial there (see
+    /// [`seccomp::reporting`]). Never set from a spec or an annotation.
+    pub seccomp_listener: Option<std::path::PathBuf>,
     /// The call runs in a session: `call_workspace` is the session's own
     /// (it persists), and a writable rootfs is the session's own layer over
     /// the image, on its own disk. Never set from a spec or an annotation.

@@ -2,6 +2,13 @@
 //! group with the reason it is allowed. Anything not listed fails with
 //! EPERM (a few with ENOSYS, so that programs fall back).
 //!
+//! With a listener (`HostFacts::seccomp_listener`, set only by the runtime
+//! for the sandboxes it serves), each syscall the allowlist denies on
+//! purpose ([`DENIED`], and the arguments the conditional rules refuse)
+//! is sent to runsbx by the kernel's user notification instead, and runsbx
+//! answers it with EPERM, the errno the default gives: the program sees
+//! what it saw before, and the caller learns what was blocked.
+//!
 //! `bundles/seccomp/default.json` is generated from this file by
 //! [`allowlist_json`]: the test `seccomp_json_is_current` (harden/tests.rs)
 //! fails when the checked-in copy is stale, and
@@ -11,6 +18,8 @@ use oci_spec::runtime::{
     Arch, LinuxSeccomp, LinuxSeccompAction, LinuxSeccompArgBuilder, LinuxSeccompBuilder,
     LinuxSeccompOperator, LinuxSyscall, LinuxSyscallBuilder,
 };
+
+use std::path::Path;
 
 use crate::PolicyError;
 
@@ -119,6 +128,32 @@ pub const SOCKET_FAMILIES: &[(u64, &str)] = &[
     (10, "AF_INET6: the same over IPv6"),
 ];
 
+/// Every other syscall of x86_64 and aarch64 (Linux 6.18), each denied:
+/// with a listener, reported. A syscall this list does not name (newer
+/// than it, or unknown to the host's libseccomp, which then skips the
+/// rule) still fails with EPERM, without a report.
+#[rustfmt::skip]
+pub const DENIED: &[&str] = &[
+    "_sysctl", "acct", "add_key", "adjtimex", "afs_syscall", "bpf", "cachestat", "chroot",
+    "clock_adjtime", "clock_settime", "create_module", "delete_module", "epoll_ctl_old",
+    "epoll_wait_old", "fanotify_init", "fanotify_mark", "file_getattr", "file_setattr",
+    "finit_module", "fsconfig", "fsmount", "fsopen", "fspick", "get_kernel_syms",
+    "get_thread_area", "getpmsg", "getxattrat", "init_module", "io_uring_enter",
+    "io_uring_register", "io_uring_setup", "ioperm", "iopl", "ioprio_get", "ioprio_set", "kcmp",
+    "kexec_file_load", "kexec_load", "keyctl", "listmount", "listxattrat", "lookup_dcookie",
+    "lsm_get_self_attr", "lsm_list_modules", "lsm_set_self_attr", "mbind", "memfd_secret",
+    "migrate_pages", "modify_ldt", "mount", "mount_setattr", "move_mount", "move_pages",
+    "mq_getsetattr", "mq_notify", "mq_open", "mq_timedreceive", "mq_timedsend", "mq_unlink",
+    "mseal", "name_to_handle_at", "nfsservctl", "open_by_handle_at", "open_tree", "open_tree_attr",
+    "perf_event_open", "pidfd_getfd", "pivot_root", "process_madvise", "process_mrelease",
+    "process_vm_readv", "process_vm_writev", "ptrace", "putpmsg", "query_module", "quotactl",
+    "quotactl_fd", "reboot", "remap_file_pages", "removexattrat", "request_key", "sched_setattr",
+    "sched_setparam", "sched_setscheduler", "security", "set_mempolicy", "set_mempolicy_home_node",
+    "set_thread_area", "setdomainname", "sethostname", "setns", "settimeofday", "setxattrat",
+    "statmount", "swapoff", "swapon", "sysfs", "syslog", "tuxcall", "umount2", "unshare", "uselib",
+    "userfaultfd", "ustat", "vhangup", "vserver",
+];
+
 const TIOCSTI: u64 = 0x5412;
 const PERSONALITY_QUERY: u64 = 0xffff_ffff;
 
@@ -137,6 +172,24 @@ fn arg_rule(
     value: u64,
     value_two: Option<u64>,
 ) -> Result<LinuxSyscall, PolicyError> {
+    rule_if(
+        name,
+        LinuxSeccompAction::ScmpActAllow,
+        index,
+        op,
+        value,
+        value_two,
+    )
+}
+
+fn rule_if(
+    name: &str,
+    action: LinuxSeccompAction,
+    index: usize,
+    op: LinuxSeccompOperator,
+    value: u64,
+    value_two: Option<u64>,
+) -> Result<LinuxSyscall, PolicyError> {
     let mut arg = LinuxSeccompArgBuilder::default()
         .index(index)
         .value(value)
@@ -149,7 +202,7 @@ fn arg_rule(
         .map_err(|e| PolicyError::Internal(format!("seccomp arg: {e}")))?;
     LinuxSyscallBuilder::default()
         .names(vec![name.to_owned()])
-        .action(LinuxSeccompAction::ScmpActAllow)
+        .action(action)
         .args(vec![arg])
         .build()
         .map_err(|e| PolicyError::Internal(format!("seccomp rule: {e}")))
@@ -165,8 +218,85 @@ fn native_arches() -> Vec<Arch> {
     }
 }
 
-/// The allowlist as an OCI `linux.seccomp` section.
+/// The allowlist as an OCI `linux.seccomp` section: every denial answered
+/// by the filter itself, unreported.
 pub fn allowlist() -> Result<LinuxSeccomp, PolicyError> {
+    filter(None)
+}
+
+/// The allowlist whose denials are reported to the listener at `listener`
+/// (see the module's comment): the same syscalls are allowed, and those
+/// denied are answered by runsbx instead of the filter.
+///
+/// The default action stays EPERM: libcontainer 0.7 refuses
+/// `SCMP_ACT_NOTIFY` as the default (seccomp/mod.rs, `check_seccomp`: the
+/// init needs `write` to hand the fd over), so what is reported is what
+/// the rules name. If the listener is gone (runsbx killed), the kernel
+/// fails a notifying syscall with ENOSYS: still a denial, never a pass.
+pub fn reporting(listener: &Path) -> Result<LinuxSeccomp, PolicyError> {
+    filter(Some(listener))
+}
+
+/// An exec'd process installs the container's filter itself, where no
+/// listener would get its notification fd: the same filter, each
+/// reported denial answered with EPERM by the filter, as without one.
+pub fn unreported(seccomp: &LinuxSeccomp) -> LinuxSeccomp {
+    let mut seccomp = seccomp.clone();
+    seccomp.set_listener_path(None);
+    let mut rules = seccomp.syscalls().clone().unwrap_or_default();
+    for rule in &mut rules {
+        if rule.action() == LinuxSeccompAction::ScmpActNotify {
+            rule.set_action(LinuxSeccompAction::ScmpActErrno);
+            rule.set_errno_ret(Some(EPERM));
+        }
+    }
+    seccomp.set_syscalls(Some(rules));
+    seccomp
+}
+
+const EPERM: u32 = 1;
+
+/// The rules that report what the allowlist denies: each syscall it never
+/// allows, and the arguments its conditional rules refuse, exactly (each
+/// complement is disjoint from the allowing rule, so the filter's answer
+/// for an allowed call is unchanged).
+fn reported() -> Result<Vec<LinuxSyscall>, PolicyError> {
+    use LinuxSeccompOperator::{ScmpCmpEq, ScmpCmpGt, ScmpCmpMaskedEq};
+    let notify = LinuxSeccompAction::ScmpActNotify;
+    let mut rules = vec![syscall(DENIED, notify)?];
+    // clone with any namespace flag: one rule per flag.
+    for bit in 0..64 {
+        let flag = 1u64 << bit;
+        if CLONE_NS_FLAGS & flag != 0 {
+            rules.push(rule_if(
+                "clone",
+                notify,
+                0,
+                ScmpCmpMaskedEq,
+                flag,
+                Some(flag),
+            )?);
+        }
+    }
+    // socket() of a family not allowed: below, between and above them.
+    let allowed: Vec<u64> = SOCKET_FAMILIES.iter().map(|(f, _)| *f).collect();
+    let top = allowed.iter().copied().max().unwrap_or(0);
+    for family in (0..top).filter(|f| !allowed.contains(f)) {
+        rules.push(rule_if("socket", notify, 0, ScmpCmpEq, family, None)?);
+    }
+    rules.push(rule_if("socket", notify, 0, ScmpCmpGt, top, None)?);
+    // socketpair() of anything but AF_UNIX.
+    rules.push(rule_if("socketpair", notify, 0, ScmpCmpEq, 0, None)?);
+    rules.push(rule_if("socketpair", notify, 0, ScmpCmpGt, 1, None)?);
+    rules.push(rule_if("ioctl", notify, 1, ScmpCmpEq, TIOCSTI, None)?);
+    // personality() to another domain is not reported: its complement
+    // (neither 0 nor the query) needs two comparisons of one argument,
+    // which libcontainer turns into two rules that would overlap the
+    // allowed values. It still fails with EPERM.
+    Ok(rules)
+}
+
+fn filter(listener: Option<&Path>) -> Result<LinuxSeccomp, PolicyError> {
     let mut rules = Vec::new();
     for (_, names) in ALLOWED {
         rules.push(syscall(names, LinuxSeccompAction::ScmpActAllow)?);
@@ -227,13 +357,18 @@ pub fn allowlist() -> Result<LinuxSeccomp, PolicyError> {
         PERSONALITY_QUERY,
         None,
     )?);
-    LinuxSeccompBuilder::default()
+    if listener.is_some() {
+        rules.extend(reported()?);
+    }
+    let mut seccomp = LinuxSeccompBuilder::default()
         .default_action(LinuxSeccompAction::ScmpActErrno)
-        .default_errno_ret(1u32) // EPERM
+        .default_errno_ret(EPERM)
         .architectures(native_arches())
         .syscalls(rules)
         .build()
-        .map_err(|e| PolicyError::Internal(format!("seccomp profile: {e}")))
+        .map_err(|e| PolicyError::Internal(format!("seccomp profile: {e}")))?;
+    seccomp.set_listener_path(listener.map(Path::to_path_buf));
+    Ok(seccomp)
 }
 
 /// The allowlist as the JSON checked in at `bundles/seccomp/default.json`.
@@ -256,6 +391,7 @@ pub fn allowed_names() -> Vec<&'static str> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)]
     use super::*;
 
     /// Never allowed: each mounts, changes namespaces, reads or writes
@@ -339,6 +475,188 @@ mod tests {
         names.sort();
         names.dedup();
         assert_eq!(names.len(), count);
+    }
+
+    #[test]
+    fn denied_syscalls_are_never_allowed_and_never_listed_twice() {
+        let allowed = allowed_names();
+        let mut denied = DENIED.to_vec();
+        for name in &denied {
+            assert!(!allowed.contains(name), "{name} is allowed and denied");
+            assert!(
+                !ENOSYS.iter().any(|(_, n)| n.contains(name)),
+                "{name} answers ENOSYS on purpose, it is not reported"
+            );
+        }
+        for name in NEVER.iter().filter(|n| **n != "clone3") {
+            assert!(denied.contains(name), "{name} is not reported");
+        }
+        let count = denied.len();
+        denied.sort();
+        denied.dedup();
+        assert_eq!(denied.len(), count);
+    }
+
+    fn arg(rule: &LinuxSyscall) -> Option<(usize, LinuxSeccompOperator, u64, Option<u64>)> {
+        let args = rule.args().as_ref()?;
+        assert_eq!(args.len(), 1);
+        Some((
+            args[0].index(),
+            args[0].op(),
+            args[0].value(),
+            args[0].value_two(),
+        ))
+    }
+
+    /// What the filter answers for `name` with first (or, for ioctl,
+    /// second) argument `value`, as libseccomp evaluates the rules: the
+    /// action of the rule that matches, the default otherwise.
+    fn decide(seccomp: &LinuxSeccomp, name: &str, value: u64) -> LinuxSeccompAction {
+        let mut matched = Vec::new();
+        for rule in seccomp.syscalls().iter().flatten() {
+            if !rule.names().iter().any(|n| n == name) {
+                continue;
+            }
+            let hit = match arg(rule) {
+                None => true,
+                Some((_, op, v, v2)) => match op {
+                    LinuxSeccompOperator::ScmpCmpEq => value == v,
+                    LinuxSeccompOperator::ScmpCmpNe => value != v,
+                    LinuxSeccompOperator::ScmpCmpGt => value > v,
+                    LinuxSeccompOperator::ScmpCmpMaskedEq => value & v == v2.unwrap_or(0),
+                    other => panic!("operator {other:?} not modelled"),
+                },
+            };
+            if hit {
+                matched.push(rule.action());
+            }
+        }
+        matched.dedup();
+        assert!(
+            matched.len() <= 1,
+            "{name}({value:#x}): rules overlap: {matched:?}"
+        );
+        matched.pop().unwrap_or(seccomp.default_action())
+    }
+
+    #[test]
+    fn reporting_allows_exactly_what_the_allowlist_allows() -> Result<(), PolicyError> {
+        let plain = allowlist()?;
+        let listener = Path::new("/run/runsbx/@calls/c1/seccomp.sock");
+        let reporting = reporting(listener)?;
+        assert_eq!(reporting.listener_path().as_deref(), Some(listener));
+        assert_eq!(plain.listener_path(), &None);
+        // Only the unlisted-by-default: the same default, the same rules
+        // first (ENOSYS fallbacks among them), notify rules added.
+        assert_eq!(reporting.default_action(), LinuxSeccompAction::ScmpActErrno);
+        assert_eq!(reporting.default_errno_ret(), Some(1));
+        assert_eq!(reporting.architectures(), plain.architectures());
+        let (rules, plain_rules) = (
+            reporting.syscalls().clone().unwrap_or_default(),
+            plain.syscalls().clone().unwrap_or_default(),
+        );
+        assert_eq!(rules[..plain_rules.len()], plain_rules[..]);
+        for rule in &rules[plain_rules.len()..] {
+            assert_eq!(rule.action(), LinuxSeccompAction::ScmpActNotify);
+            assert!(
+                !rule.names().iter().any(|n| n == "write"),
+                "libcontainer refuses it"
+            );
+        }
+        let notify = LinuxSeccompAction::ScmpActNotify;
+        let allow = LinuxSeccompAction::ScmpActAllow;
+        let probes: &[(&str, &[u64])] = &[
+            ("socket", &[0, 1, 2, 3, 9, 10, 11, 16, 17, 40, 1 << 32 | 1]),
+            ("socketpair", &[0, 1, 2, 1 << 32 | 1]),
+            ("ioctl", &[TIOCSTI, 0x5401, 0]),
+            (
+                "clone",
+                &[0, 0x11, 0x1000_0000, 0x0002_0011, CLONE_NS_FLAGS, 0x80],
+            ),
+            ("mount", &[0]),
+            ("ptrace", &[0]),
+            ("read", &[0]),
+            ("clone3", &[0]),
+        ];
+        for (name, values) in probes {
+            for value in *values {
+                let before = decide(&plain, name, *value);
+                let after = decide(&reporting, name, *value);
+                // An allowed call stays allowed, a fallback stays one, and
+                // each denial is reported.
+                match before {
+                    LinuxSeccompAction::ScmpActAllow => {
+                        assert_eq!(after, allow, "{name}({value:#x})")
+                    }
+                    LinuxSeccompAction::ScmpActErrno if *name == "clone3" => {
+                        assert_eq!(after, before)
+                    }
+                    _ => assert_eq!(after, notify, "{name}({value:#x})"),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn an_unreported_copy_answers_eperm_itself() -> Result<(), PolicyError> {
+        let copy = unreported(&reporting(Path::new("/x/seccomp.sock"))?);
+        assert_eq!(copy.listener_path(), &None);
+        for rule in copy.syscalls().iter().flatten() {
+            assert_ne!(rule.action(), LinuxSeccompAction::ScmpActNotify);
+        }
+        assert_eq!(decide(&copy, "mount", 0), LinuxSeccompAction::ScmpActErrno);
+        assert_eq!(decide(&copy, "read", 0), LinuxSeccompAction::ScmpActAllow);
+        Ok(())
+    }
+
+    #[test]
+    fn harden_reports_only_to_the_runtimes_listener() {
+        use crate::harden::tests::as_root;
+        let profile = crate::Profile::builtin().unwrap();
+        let spec = oci_spec::runtime::Spec::default();
+        let sock = std::path::PathBuf::from("/run/runsbx/@calls/c1/seccomp.sock");
+        let host = crate::HostFacts {
+            seccomp_listener: Some(sock.clone()),
+            ..as_root()
+        };
+        let out = crate::harden(spec.clone(), &profile, &host).unwrap();
+        let seccomp = out
+            .spec
+            .linux()
+            .as_ref()
+            .unwrap()
+            .seccomp()
+            .clone()
+            .unwrap();
+        assert_eq!(seccomp, reporting(&sock).unwrap());
+        crate::verify(&out.spec, &profile, &host).unwrap();
+        // Without the listener, that filter is refused, and the plain one
+        // is what harden gives.
+        assert!(crate::verify(&out.spec, &profile, &as_root()).is_err());
+        let plain = crate::harden(spec.clone(), &profile, &as_root()).unwrap();
+        assert!(crate::verify(&plain.spec, &profile, &host).is_err());
+        // Another listener, or a looser default, is refused.
+        let other = crate::HostFacts {
+            seccomp_listener: Some("/tmp/elsewhere.sock".into()),
+            ..as_root()
+        };
+        assert!(crate::verify(&out.spec, &profile, &other).is_err());
+        let mut loose = out.spec.clone();
+        let mut filter = seccomp.clone();
+        filter.set_default_action(LinuxSeccompAction::ScmpActNotify);
+        loose
+            .linux_mut()
+            .as_mut()
+            .unwrap()
+            .set_seccomp(Some(filter));
+        assert!(crate::verify(&loose, &profile, &host).is_err());
+        // A spec cannot ask for it: harden replaces the spec's listener.
+        let again = crate::harden(loose, &profile, &as_root()).unwrap();
+        assert_eq!(
+            again.spec.linux().as_ref().unwrap().seccomp().as_ref(),
+            Some(&allowlist().unwrap())
+        );
     }
 
     #[test]

@@ -98,7 +98,13 @@ pub fn verify(spec: &Spec, profile: &Profile, host: &HostFacts) -> Result<(), Po
             }
         }
     }
-    if linux.seccomp().as_ref() != Some(&crate::seccomp::allowlist()?) {
+    // Exactly the allowlist, or, where the runtime listens, the same
+    // allowlist reporting to that listener and no other.
+    let seccomp = match &host.seccomp_listener {
+        Some(listener) => crate::seccomp::reporting(listener)?,
+        None => crate::seccomp::allowlist()?,
+    };
+    if linux.seccomp().as_ref() != Some(&seccomp) {
         return fail("the seccomp allowlist is not in place".into());
     }
     let writable_ok = !profile.readonly_rootfs && host.rootfs_container_layer;

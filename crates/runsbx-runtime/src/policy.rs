@@ -119,6 +119,7 @@ pub fn host_facts(id_range: Option<IdRange>) -> HostFacts {
         cgroups: privilege::can_manage_cgroups(),
         proc_subset: kernel_at_least(5, 8),
         call_workspace: None,
+        seccomp_listener: None,
         session: false,
         rootfs_container_layer: false,
         pod: None,
@@ -151,20 +152,34 @@ fn kernel_at_least(major: u32, minor: u32) -> bool {
     (parts.next().unwrap_or(0), parts.next().unwrap_or(0)) >= (major, minor)
 }
 
+/// What the runtime made for one sandbox that its hardened spec binds or
+/// points at; all `None` for an engine's container.
+#[derive(Default, Clone, Copy)]
+pub struct Provisions<'a> {
+    /// A call's workspace, bound at /workspace.
+    pub workspace: Option<&'a crate::sandbox::workspace::Workspace>,
+    /// Where a call's seccomp denials are reported.
+    pub seccomp_listener: Option<&'a Path>,
+    /// The trust bundle of its TLS inspection.
+    pub trust_bundle: Option<&'a Path>,
+}
+
 /// Hardens and verifies `spec` for container `id`, tightened by its
-/// annotations or, for a call, by the typed `overrides` of its options.
+/// annotations or, for a call, by the typed `overrides` of its options,
+/// with what the runtime `made` for it.
 pub fn apply(
     policy: &Policy,
     spec: Spec,
     id_range: Option<IdRange>,
-    call_workspace: Option<&crate::sandbox::workspace::Workspace>,
+    made: Provisions<'_>,
     pod: Option<runsbx_policy::PodJoin>,
     overrides: Option<&Overrides>,
-    trust_bundle: Option<&std::path::Path>,
 ) -> Result<Hardened> {
+    let call_workspace = made.workspace;
     let host = HostFacts {
         call_workspace: call_workspace.map(|w| w.dir.clone()),
-        trust_bundle: trust_bundle.map(std::path::Path::to_path_buf),
+        trust_bundle: made.trust_bundle.map(Path::to_path_buf),
+        seccomp_listener: made.seccomp_listener.map(Path::to_path_buf),
         session: call_workspace.is_some_and(|w| w.is_session()),
         // Only a rootfs the spec asks to write needs the probe (a read of
         // mountinfo): a call's, and most, are read-only anyway.

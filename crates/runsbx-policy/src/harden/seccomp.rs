@@ -1,4 +1,5 @@
-//! Seccomp: the allowlist from `crate::seccomp`, whatever the spec asked.
+//! Seccomp: the allowlist from `crate::seccomp`, whatever the spec asked;
+//! its denials reported to the runtime's listener when it gives one.
 
 use super::Cx;
 use crate::PolicyError;
@@ -12,7 +13,10 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
                 .to_owned(),
         });
     }
-    let allowlist = crate::seccomp::allowlist()?;
+    let allowlist = match &cx.host.seccomp_listener {
+        Some(listener) => crate::seccomp::reporting(listener)?,
+        None => crate::seccomp::allowlist()?,
+    };
     let linux = cx.linux();
     if linux.seccomp().as_ref() != Some(&allowlist) {
         let had = linux.seccomp().is_some();
@@ -29,7 +33,11 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     cx.attest(
         "seccomp_allowlist",
         true,
-        "runsbx allowlist, default EPERM, native architecture only",
+        if cx.host.seccomp_listener.is_some() {
+            "runsbx allowlist, default EPERM, native architecture only; denials reported"
+        } else {
+            "runsbx allowlist, default EPERM, native architecture only"
+        },
     );
     Ok(())
 }

@@ -28,6 +28,7 @@ pub(crate) fn as_root() -> HostFacts {
         cgroups: true,
         proc_subset: true,
         call_workspace: None,
+        seccomp_listener: None,
         session: false,
         rootfs_container_layer: false,
         pod: None,

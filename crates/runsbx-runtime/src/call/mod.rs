@@ -10,6 +10,9 @@
 //! - `sandbox/workspace.rs`: the /workspace tmpfs, inputs in, outputs out;
 //! - the sandbox itself is built by `ops::create` through the same policy
 //!   path as `runsbx create`;
+//! - `sandbox/seccomp_events.rs`: the listener the sandbox's seccomp
+//!   denials are reported to, bound before the sandbox is built, served
+//!   from a thread once it is;
 //! - `wait.rs`: the streams read into bounded captures (`capture.rs`) until
 //!   the command ends, the deadline passes or runsbx is told to stop;
 //! - `limit_hits.rs`: whether a limit stopped it;
@@ -48,7 +51,7 @@ pub use warm::Hold;
 use crate::error::{Result, RuntimeError};
 use crate::ops::create::{self, Built, Stdio, Supervision};
 use crate::sandbox::workspace::{self, Workspace};
-use crate::sandbox::{network, stub, teardown};
+use crate::sandbox::{network, seccomp_events, stub, teardown};
 use crate::state::container;
 use crate::state::root::{IdLock, StateRoot};
 use crate::sys::signal::SignalGuard;
@@ -157,6 +160,13 @@ fn run(
     for input in &req.inputs {
         ws.copy_in(input)?;
     }
+    // A benchmark switch (hack/seccomp-bench.sh), not a setting: without
+    // the listener, denials are EPERM from the filter, unreported.
+    let listener = match std::env::var_os("RUNSBX_BENCH_NO_SECCOMP_LISTENER") {
+        Some(_) => None,
+        None => seccomp_events::Listener::bind(&dir.0)?,
+    };
+    sandbox.seccomp_listener = listener.as_ref().map(|l| l.path().to_owned());
     // A warm sandbox: its init is a stub, its requests are held to the
     // template's (the image and policy it was built from).
     let template = match hold {
@@ -171,6 +181,7 @@ fn run(
                     .unwrap_or_default(),
                 policy: sandbox.policy.clone(),
                 session: session.as_ref().map(|s| s.settings.clone()),
+                seccomp_listener: sandbox.seccomp_listener.clone(),
             };
             Some((pair.link, made))
         }
@@ -197,6 +208,10 @@ fn run(
     .map_err(|e| RuntimeError::sys("signalfd", e))?;
     let init = container::init_pid(&sandbox.built.container)?;
     let proxy = start_proxy(sandbox.built.duties.proxy.take())?;
+    // Its thread too starts only now. Until it runs, libcontainer's
+    // connection waits in the socket, and a denied syscall of the init
+    // waits for its answer (the init makes none before its command).
+    let seccomp = listener.map(|l| l.serve(id)).transpose()?;
     result.attestation = Some(sandbox.start()?);
     // The policy's deadline: the call's --timeout, which the profile may
     // refuse but not lengthen.
@@ -219,6 +234,9 @@ fn run(
     let mut err = capture::Capture::new(req.max_output, writers.sink(req, true, started));
     let end = wait::until_end(init, deadline, &sfd, streams, &mut out, &mut err)?;
 
+    // Once the sandbox's processes are gone (or the deadline passed: then
+    // those still waiting get ENOSYS, and the teardown kills them).
+    result.seccomp = seccomp.map(seccomp_events::Serving::finish);
     if let (Some(proxy), Some(egress)) = (proxy, &req.egress) {
         result.egress = Some(EgressReport::of(&proxy, egress));
         proxy.shutdown();
@@ -360,6 +378,7 @@ impl<'a> Sandbox<'a> {
                 stderr: err_w,
             },
             workspace: Some(ws),
+            seccomp_listener: plan.seccomp_listener.as_deref(),
             supervision: Supervision::Caller,
             id_range,
             stub: stub.as_ref().map(|(s, _)| s.clone()),

@@ -49,6 +49,9 @@ pub(crate) struct SandboxPlan {
     pub stub: Option<(crate::sandbox::stub::Stub, OwnedFd)>,
     /// The call's `--secret`s, for its proxy.
     pub secrets: Vec<runsbx_proxy::Secret>,
+    /// The socket the sandbox's seccomp denials are reported to, bound
+    /// once the call's directory exists.
+    pub seccomp_listener: Option<PathBuf>,
 }
 
 impl CallPlan {
@@ -166,6 +169,7 @@ impl CallPlan {
                 policy,
                 stub: None,
                 secrets: req.secrets.clone(),
+                seccomp_listener: None,
             },
             workspace_size,
             req: req.clone(),

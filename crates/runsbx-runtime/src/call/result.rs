@@ -91,6 +91,9 @@ pub struct CallResult {
     /// The egress proxy's allowlist, refusals and counters; `null` when the
     /// call had no egress.
     pub egress: Option<EgressReport>,
+    /// The syscalls the seccomp filter denied, by syscall and process;
+    /// `null` when the call had no listener for them.
+    pub seccomp: Option<crate::sandbox::seccomp_events::SeccompReport>,
     /// The isolation layers in force, from the policy.
     pub attestation: Option<Vec<runsbx_policy::Layer>>,
     /// The session the call ran in, and the bound on its disk.
@@ -168,6 +171,7 @@ impl CallResult {
             stderr: None,
             outputs: Vec::new(),
             egress: None,
+            seccomp: None,
             attestation: None,
             session: None,
             error: None,
@@ -249,6 +253,7 @@ mod tests {
             stderr: None,
             outputs: vec![],
             egress: None,
+            seccomp: None,
             attestation: None,
             session: None,
             error: None,

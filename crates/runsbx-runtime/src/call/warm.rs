@@ -33,6 +33,8 @@ pub(super) struct Made {
     pub image_env: Vec<String>,
     pub policy: Policy,
     pub session: Option<Settings>,
+    /// The listener its seccomp denials are reported to.
+    pub seccomp_listener: Option<PathBuf>,
 }
 
 /// The owner of a warm sandbox (a pool): it is told when the sandbox
@@ -66,6 +68,7 @@ pub(super) struct Fitter {
     image_env: Vec<String>,
     policy: Policy,
     range: Option<IdRange>,
+    seccomp_listener: Option<PathBuf>,
     /// The session the template runs in: its settings are every
     /// request's defaults, as they are a cold call's.
     session: Option<Settings>,
@@ -93,6 +96,7 @@ impl Fitter {
             image_env: made.image_env,
             policy: made.policy,
             range,
+            seccomp_listener: made.seccomp_listener,
             session: made.session,
             spec: Spec::default(),
         };
@@ -152,14 +156,18 @@ impl Fitter {
             rootfs: self.rootfs.clone(),
         };
         let overrides = plan::overrides(req)?;
+        let made = crate::policy::Provisions {
+            workspace: Some(ws),
+            seccomp_listener: self.seccomp_listener.as_deref(),
+            trust_bundle: self.trust_bundle.as_deref(),
+        };
         create::harden_source(
             &source,
             &self.policy,
             self.range,
-            Some(ws),
+            made,
             None,
             Some(&overrides),
-            self.trust_bundle.as_deref(),
         )
     }
 

@@ -48,6 +48,9 @@ pub(crate) struct Request<'a> {
     /// A workspace of the sandbox's own, bound at /workspace in place of
     /// the profile's tmpfs and given to the sandbox's root.
     pub workspace: Option<&'a Workspace>,
+    /// Where the sandbox's seccomp denials are reported (a call's
+    /// listener, see sandbox/seccomp_events.rs); `None`: unreported.
+    pub seccomp_listener: Option<&'a Path>,
     pub supervision: Supervision,
     /// As root, the host id range a session keeps for its calls (its own
     /// slot, which the sandbox neither records nor releases); `None`: a
@@ -130,6 +133,7 @@ pub(crate) fn build(
         overrides: None,
         stdio: Stdio::Inherited,
         workspace: None,
+        seccomp_listener: None,
         supervision: Supervision::Forked,
         id_range: None,
         stub: None,
@@ -329,15 +333,12 @@ fn harden(
     trust_bundle: Option<&Path>,
 ) -> Result<runsbx_policy::Hardened> {
     let pod_join = pod.map(|p| p.join.clone());
-    let hardened = harden_source(
-        source,
-        req.policy,
-        range,
-        req.workspace,
-        pod_join,
-        req.overrides,
+    let made = policy::Provisions {
+        workspace: req.workspace,
+        seccomp_listener: req.seccomp_listener,
         trust_bundle,
-    )?;
+    };
+    let hardened = harden_source(source, req.policy, range, made, pod_join, req.overrides)?;
     // Said once, when the sandbox is made (not at each start or exec).
     for change in &hardened.changes {
         if change.field == "linux.namespaces.network" {
@@ -353,21 +354,12 @@ pub(crate) fn harden_source(
     source: &bundle::Bundle,
     policy: &Policy,
     range: Option<runsbx_policy::IdRange>,
-    workspace: Option<&Workspace>,
+    made: policy::Provisions<'_>,
     pod_join: Option<runsbx_policy::PodJoin>,
     overrides: Option<&Overrides>,
-    trust_bundle: Option<&Path>,
 ) -> Result<runsbx_policy::Hardened> {
     let input = bundle::absolutize(source);
-    let hardened = policy::apply(
-        policy,
-        input,
-        range,
-        workspace,
-        pod_join,
-        overrides,
-        trust_bundle,
-    )?;
+    let hardened = policy::apply(policy, input, range, made, pod_join, overrides)?;
     bundle::check_cwd(source, &hardened.spec)?;
     bundle::check_process(source, &hardened.spec)?;
     Ok(hardened)

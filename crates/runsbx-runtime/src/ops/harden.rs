@@ -24,8 +24,7 @@ pub fn harden_bundle(bundle: &Path, config: Option<&Path>) -> Result<runsbx_poli
         &policy,
         bundle::absolutize(&source),
         range,
-        None,
-        None,
+        policy::Provisions::default(),
         None,
         None,
     )

@@ -23,7 +23,14 @@ impl ExecGuard {
     /// spec is `spec`.
     pub fn for_container(spec: &Spec) -> Self {
         Self {
-            seccomp: spec.linux().as_ref().and_then(|l| l.seccomp().clone()),
+            // A call's filter reports to the call's listener, which gets
+            // the init's notification fd only: here the same denials are
+            // answered by the filter itself.
+            seccomp: spec
+                .linux()
+                .as_ref()
+                .and_then(|l| l.seccomp().as_ref())
+                .map(runsbx_policy::seccomp::unreported),
             rlimits: spec
                 .process()
                 .as_ref()

@@ -1,0 +1,390 @@
+//! The seccomp denials of a call's sandbox, as the kernel reports them.
+//!
+//! With a listener, the sandbox's filter notifies instead of failing each
+//! syscall it denies (runsbx-policy's `seccomp::reporting`). libcontainer's
+//! main process, in this runsbx process, connects to the listening socket
+//! and sends the container state and the notification fd (SCM_RIGHTS; see
+//! libcontainer 0.7's process/seccomp_listener.rs). A thread of runsbx then
+//! answers each notification with EPERM, the errno the filter's default
+//! gives, and never lets a syscall continue: the sandbox sees exactly the
+//! denial it saw without a listener. Each is recorded, bounded
+//! ([`Denials`]), for the call's result and the log.
+//!
+//! If runsbx is gone, the kernel fails a notifying syscall with ENOSYS:
+//! still a denial.
+
+use std::collections::HashMap;
+use std::io::IoSliceMut;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+
+use libseccomp::{notify_id_valid, ScmpNotifReq, ScmpNotifResp, ScmpNotifRespFlags};
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+use serde::Serialize;
+
+use crate::error::{Result, RuntimeError};
+
+/// The most distinct (syscall, process) pairs a result lists.
+pub const MAX_DISTINCT: usize = 100;
+/// The most notification fds one sandbox's listener takes (its init, and
+/// each process exec'd into it).
+const MAX_FDS: usize = 64;
+/// sun_path's size, with its NUL.
+const SUN_PATH: usize = 108;
+
+/// One kind of denial: a syscall a process made, how often, and the
+/// arguments of the first (the sandbox's own values).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Denial {
+    pub syscall: String,
+    pub process: String,
+    pub args: [u64; 6],
+    pub count: u64,
+}
+
+/// The seccomp part of a call's result.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SeccompReport {
+    /// In the order first seen, at most [`MAX_DISTINCT`].
+    pub denied: Vec<Denial>,
+    /// Denials of pairs past the first [`MAX_DISTINCT`], not listed.
+    pub dropped: u64,
+}
+
+/// Denials aggregated by (syscall, process), bounded.
+#[derive(Debug, Default)]
+pub struct Denials {
+    report: SeccompReport,
+    index: HashMap<(String, String), usize>,
+}
+
+impl Denials {
+    /// Records one denial; true when it is the first of its pair (and
+    /// listed).
+    pub fn record(&mut self, syscall: &str, process: &str, args: [u64; 6]) -> bool {
+        let key = (syscall.to_owned(), process.to_owned());
+        if let Some(&i) = self.index.get(&key) {
+            if let Some(d) = self.report.denied.get_mut(i) {
+                d.count += 1;
+            }
+            return false;
+        }
+        if self.report.denied.len() >= MAX_DISTINCT {
+            self.report.dropped += 1;
+            return false;
+        }
+        self.index.insert(key, self.report.denied.len());
+        self.report.denied.push(Denial {
+            syscall: syscall.to_owned(),
+            process: process.to_owned(),
+            args,
+            count: 1,
+        });
+        true
+    }
+
+    pub fn report(self) -> SeccompReport {
+        self.report
+    }
+}
+
+/// The listening socket, bound in the sandbox's private state directory
+/// before the sandbox is built; removed when dropped.
+pub(crate) struct Listener {
+    path: PathBuf,
+    sock: UnixListener,
+}
+
+impl Listener {
+    /// Binds `seccomp.sock` in `dir` (the call's own directory), mode
+    /// 0600. `None` when the path would not fit a socket address: the
+    /// call then runs without reports (its denials are still EPERM).
+    pub fn bind(dir: &Path) -> Result<Option<Self>> {
+        let path = dir.join("seccomp.sock");
+        if path.as_os_str().len() >= SUN_PATH {
+            tracing::warn!(
+                "seccomp denials are not reported: the socket path {path:?} is longer than a \
+                 unix socket address allows; give runsbx a shorter --root"
+            );
+            return Ok(None);
+        }
+        let sock = UnixListener::bind(&path)
+            .map_err(|e| RuntimeError::io(format!("bind the seccomp listener at {path:?}"), e))?;
+        let listener = Self { path, sock };
+        // Only runsbx connects (its libcontainer main process); the
+        // directory is runsbx's own, the mode says so again.
+        std::fs::set_permissions(&listener.path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| RuntimeError::io(format!("chmod {:?}", listener.path), e))?;
+        listener
+            .sock
+            .set_nonblocking(true)
+            .map_err(|e| RuntimeError::io("make the seccomp listener non-blocking", e))?;
+        Ok(Some(listener))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Serves the sandbox's notifications from a thread, until
+    /// [`Serving::finish`]. Call it once the sandbox is built (after every
+    /// fork); what libcontainer sent meanwhile waits in the socket.
+    pub fn serve(self, id: &str) -> Result<Serving> {
+        let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+            .map_err(|e| RuntimeError::sys("pipe2 for the seccomp listener", e))?;
+        let id = id.to_owned();
+        let sock = self
+            .sock
+            .try_clone()
+            .map_err(|e| RuntimeError::io("dup the seccomp listener", e))?;
+        let thread = std::thread::Builder::new()
+            .name("runsbx-seccomp".to_owned())
+            .spawn(move || serve(&id, &sock, &stop_r))
+            .map_err(|e| RuntimeError::io("start the seccomp listener's thread", e))?;
+        Ok(Serving {
+            listener: self,
+            stop: Some(stop_w),
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// The listener's thread; stopped (and the socket removed) when dropped.
+pub(crate) struct Serving {
+    listener: Listener,
+    stop: Option<OwnedFd>,
+    thread: Option<JoinHandle<Denials>>,
+}
+
+impl Serving {
+    /// Stops the thread once it has answered what is pending; the denials.
+    pub fn finish(mut self) -> SeccompReport {
+        self.stop_thread().map(Denials::report).unwrap_or_default()
+    }
+
+    fn stop_thread(&mut self) -> Option<Denials> {
+        if let Some(stop) = self.stop.take() {
+            let _ = nix::unistd::write(&stop, b"s");
+        }
+        let thread = self.thread.take()?;
+        match thread.join() {
+            Ok(denials) => Some(denials),
+            Err(_) => {
+                tracing::error!(path = ?self.listener.path, "the seccomp listener's thread panicked");
+                None
+            }
+        }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        self.stop_thread();
+    }
+}
+
+/// The thread: accepts libcontainer's connections, takes the fd each
+/// brings, answers every notification, until `stop` is readable; then
+/// answers what is still pending and returns.
+fn serve(id: &str, sock: &UnixListener, stop: &OwnedFd) -> Denials {
+    let mut denials = Denials::default();
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    loop {
+        let mut polled: Vec<PollFd> = [stop.as_fd(), sock.as_fd()]
+            .into_iter()
+            .chain(fds.iter().map(|f| f.as_fd()))
+            .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
+            .collect();
+        if let Err(e) = poll(&mut polled, PollTimeout::NONE) {
+            if e == nix::errno::Errno::EINTR {
+                continue;
+            }
+            tracing::error!(id, "seccomp listener: poll: {e}");
+            break;
+        }
+        let ready: Vec<PollFlags> = polled
+            .iter()
+            .map(|p| p.revents().unwrap_or(PollFlags::empty()))
+            .collect();
+        drop(polled);
+        let stopping = !ready[0].is_empty();
+        if ready[1].contains(PollFlags::POLLIN) {
+            accept(id, sock, &mut fds);
+        }
+        let mut gone = Vec::new();
+        for (i, flags) in ready[2..].iter().enumerate() {
+            if flags.contains(PollFlags::POLLIN) {
+                answer(id, fds[i].as_raw_fd(), &mut denials);
+            } else if flags
+                .intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL)
+            {
+                // No process of the sandbox is left under this filter.
+                gone.push(i);
+            }
+        }
+        for i in gone.into_iter().rev() {
+            fds.remove(i);
+        }
+        if stopping {
+            drain(id, &fds, &mut denials);
+            break;
+        }
+    }
+    denials
+}
+
+/// Answers what is pending now, without waiting.
+fn drain(id: &str, fds: &[OwnedFd], denials: &mut Denials) {
+    loop {
+        let mut polled: Vec<PollFd> = fds
+            .iter()
+            .map(|f| PollFd::new(f.as_fd(), PollFlags::POLLIN))
+            .collect();
+        if !matches!(poll(&mut polled, PollTimeout::ZERO), Ok(n) if n > 0) {
+            return;
+        }
+        let ready: Vec<bool> = polled
+            .iter()
+            .map(|p| p.revents().is_some_and(|r| r.contains(PollFlags::POLLIN)))
+            .collect();
+        if !ready.iter().any(|r| *r) {
+            return;
+        }
+        for (fd, ready) in fds.iter().zip(ready) {
+            if ready {
+                answer(id, fd.as_raw_fd(), denials);
+            }
+        }
+    }
+}
+
+/// Takes each pending connection's fd (the state JSON that comes with it
+/// is not needed: the sandbox is known).
+fn accept(id: &str, sock: &UnixListener, fds: &mut Vec<OwnedFd>) {
+    while let Ok((conn, _)) = sock.accept() {
+        let mut buf = vec![0u8; 64 << 10];
+        let mut iov = [IoSliceMut::new(&mut buf)];
+        let mut cmsg = nix::cmsg_space!([RawFd; 4]);
+        let Ok(msg) = recvmsg::<()>(
+            conn.as_raw_fd(),
+            &mut iov,
+            Some(&mut cmsg),
+            MsgFlags::MSG_CMSG_CLOEXEC,
+        ) else {
+            continue;
+        };
+        let Ok(cmsgs) = msg.cmsgs() else { continue };
+        for c in cmsgs {
+            if let ControlMessageOwned::ScmRights(received) = c {
+                for fd in received {
+                    // SAFETY: received just now, owned by nobody else.
+                    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                    if fds.len() < MAX_FDS {
+                        fds.push(fd);
+                    } else {
+                        // Dropping it: that process's denials become
+                        // ENOSYS, still denials.
+                        tracing::warn!(
+                            id,
+                            "seccomp listener: more than {MAX_FDS} fds; one dropped"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Receives one notification, records it and answers EPERM.
+fn answer(id: &str, fd: RawFd, denials: &mut Denials) {
+    // ENOENT: the process went away (killed) before it was received.
+    let Ok(req) = ScmpNotifReq::receive(fd) else {
+        return;
+    };
+    // Read at once: the pid (in runsbx's pid namespace) is that process's
+    // only while its syscall waits for this answer.
+    let comm = std::fs::read_to_string(format!("/proc/{}/comm", req.pid))
+        .map(|s| s.trim_end().to_owned())
+        .unwrap_or_default();
+    // Still waiting: then the pid was that process's when comm was read.
+    let process = match notify_id_valid(fd, req.id) {
+        Ok(()) if !comm.is_empty() => comm,
+        _ => "?".to_owned(),
+    };
+    let syscall = req
+        .data
+        .syscall
+        .get_name_by_arch(req.data.arch)
+        .unwrap_or_else(|_| format!("#{}", req.data.syscall.as_raw_syscall()));
+    // Always a denial, with the errno the filter's default gives; never
+    // SECCOMP_USER_NOTIF_FLAG_CONTINUE.
+    let resp = ScmpNotifResp::new_error(req.id, -libc::EPERM, ScmpNotifRespFlags::empty());
+    if let Err(e) = resp.respond(fd) {
+        // The process is gone (ENOENT), or its syscall was interrupted.
+        tracing::debug!(id, "seccomp listener: answer {syscall}: {e}");
+    }
+    if denials.record(&syscall, &process, req.data.args) {
+        tracing::info!(
+            id,
+            syscall,
+            process,
+            args = ?req.data.args,
+            "seccomp denied {syscall} to {process} (EPERM)"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn denials_are_aggregated_by_syscall_and_process_and_bounded() {
+        let mut d = Denials::default();
+        assert!(d.record("mount", "python3", [1, 2, 3, 4, 5, 6]));
+        assert!(!d.record("mount", "python3", [9; 6]));
+        assert!(d.record("mount", "sh", [0; 6]));
+        assert!(d.record("ptrace", "python3", [0; 6]));
+        for i in 0..(MAX_DISTINCT + 10) {
+            d.record(&format!("s{i}"), "p", [0; 6]);
+        }
+        // Repeats of a listed pair are still counted once the list is full.
+        d.record("mount", "python3", [0; 6]);
+        let r = d.report();
+        assert_eq!(r.denied.len(), MAX_DISTINCT);
+        assert_eq!(r.denied[0].count, 3);
+        assert_eq!(
+            r.denied[0].args,
+            [1, 2, 3, 4, 5, 6],
+            "the first's arguments"
+        );
+        assert_eq!(r.denied[1].process, "sh");
+        assert_eq!(r.dropped, 13);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["denied"][0]["syscall"], "mount");
+        assert_eq!(json["dropped"], 13);
+    }
+
+    #[test]
+    fn the_socket_is_private_and_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = Listener::bind(dir.path()).unwrap().unwrap();
+        let path = listener.path().to_owned();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let serving = listener.serve("t").unwrap();
+        assert_eq!(serving.finish(), SeccompReport::default());
+        assert!(!path.exists());
+    }
+}
