@@ -54,11 +54,21 @@ impl<'a> Entry<'a> {
     /// error is the reason alone; the caller names the entry.
     pub fn parse(entry: &'a str) -> Result<Self, String> {
         let entry = entry.trim();
+        // A first word in upper case (and commas) is a method list; any
+        // other is part of the host, whose parser says what is wrong with
+        // it (`exa mple.com` is a typo, not the method `exa`).
         let (methods, rest) = match entry.split_once(char::is_whitespace) {
-            Some((methods, rest)) => (Some(parse_methods(methods)?), rest.trim_start()),
-            None => (None, entry),
+            Some((methods, rest))
+                if methods
+                    .bytes()
+                    .all(|b| b == b',' || (is_tchar(b) && !b.is_ascii_lowercase())) =>
+            {
+                (Some(parse_methods(methods)?), rest.trim_start())
+            }
+            _ => (None, entry),
         };
-        if rest.contains(char::is_whitespace) {
+        // Without methods, a space is the host's to refuse.
+        if methods.is_some() && rest.contains(char::is_whitespace) {
             return Err("write `METHODS HOST[:PORT]/PATH`: one space, after the methods".into());
         }
         let (authority, glob) = match rest.find('/') {
@@ -104,16 +114,10 @@ fn parse_methods(list: &str) -> Result<Option<Vec<String>>, String> {
     }
     let mut methods = Vec::new();
     for method in list.split(',') {
-        // Upper case only, as methods are written: `exa mple.com` is a
-        // typo to refuse, not the method `exa` on `mple.com`.
-        if method.is_empty()
-            || !method
-                .bytes()
-                .all(|b| is_tchar(b) && !b.is_ascii_lowercase())
-        {
+        if method.is_empty() {
             return Err(format!(
-                "`{list}` is not a method list: write upper-case methods such as `GET,HEAD` \
-                 (no spaces), or `*` for any"
+                "`{list}` is not a method list: write methods such as `GET,HEAD` (no spaces), \
+                 or `*` for any"
             ));
         }
         if !methods.iter().any(|m| m == method) {

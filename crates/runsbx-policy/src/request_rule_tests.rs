@@ -127,12 +127,9 @@ fn targets_a_server_may_read_otherwise_are_refused() {
 #[test]
 fn bad_entries_say_why() {
     for (entry, needle) in [
-        ("GET;POST h/x", "method list"),
         ("GET, POST h/x", "no spaces"),
         ("GET h /x", "one space"),
         (",GET h/x", "method list"),
-        ("get h/x", "upper-case"),
-        ("exa mple.com", "method list"),
         ("GET h/a[bc]", "wildcards"),
         ("GET h/a{b,c}", "wildcards"),
         ("GET h/a\\b", "wildcards"),

@@ -578,7 +578,7 @@ fn bad_inputs_are_refused(fx: Fixture) {
                 rootfs.clone(),
             ],
             125,
-            "--allow-host: allowlist entry \"bad host!\": host name holds a character",
+            "--allow-host or --allow: allowlist entry \"bad host!\": host name holds a character",
         ),
     ];
     for (opts, code, message) in cases {
