@@ -263,3 +263,8 @@ printf '  direct (host)        %8s ms per request   %6s MiB/s\n' "$direct_ms" "$
 printf '  through the proxy    %8s ms per request   %6s MiB/s\n' "$proxy_ms" "$proxy_mbps"
 awk -v a="$proxy_ms" -v b="$direct_ms" -v c="$proxy_mbps" -v d="$direct_mbps" \
     'BEGIN { printf "  added latency %.3f ms per connection; throughput ratio %.2f\n", a - b, c / d }'
+
+# --- Seccomp denials reported (a call's listener answers each one): the
+# same build with and without the listener, a syscall-heavy program inside.
+echo
+CARGO_TARGET_DIR="$PWD/target" hack/seccomp-bench.sh 7

@@ -208,6 +208,22 @@ class RunTest(RunsbxTestCase):
         # Without allow_hosts there is no egress at all.
         self.assertIsNone(runsbx.run(["true"], rootfs=self.rootfs).egress)
 
+    def test_seccomp_denials(self) -> None:
+        # mount(2) from Python on the default image: refused with EPERM,
+        # and reported by syscall and process.
+        self.need_python_image()
+        script = "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); " \
+            "print(libc.mount(b'none', b'/tmp', b'tmpfs', 0, None), ctypes.get_errno())"
+        r = runsbx.run(["python3", "-c", script])
+        self.assertTrue(r.ok, r)
+        self.assertEqual(r.stdout_text, "-1 1\n")
+        assert r.seccomp is not None
+        self.assertIn(("mount", "python3"), [(d.syscall, d.process) for d in r.seccomp.denied], r.seccomp)
+        self.assertEqual(r.seccomp.dropped, 0)
+        clean = runsbx.run(["true"], rootfs=self.rootfs)
+        assert clean.seccomp is not None
+        self.assertEqual(clean.seccomp.denied, ())
+
 
 class ProxyOptionsTest(RunsbxTestCase):
     """proxy_resolve and proxy_allow_addresses, against a server on the
@@ -252,6 +268,28 @@ class ProxyOptionsTest(RunsbxTestCase):
                 self.assertEqual([d.code for d in r.egress.denied], ["address_class"], r.egress.denied)
                 self.assertEqual(r.egress.denied[0].host, "index.test")
         self.assertEqual(self.server.paths, [])
+
+    def test_request_rules(self) -> None:
+        # `allow`: only the requests a rule names reach the server; the
+        # others are 403 with an event naming the rule and the path.
+        loopback = {
+            "proxy_resolve": {"index.test": "127.0.0.1"},
+            "proxy_allow_addresses": [f"127.0.0.1:{self.port}"],
+        }
+        base = f"http://{self.host}"
+        r = runsbx.run(
+            ["sh", "-c", f"wget -q -O - {base}/simple/; wget -q -O - {base}/private/ || echo refused"],
+            rootfs=self.rootfs,
+            allow=[f"GET {self.host}/simple/**"],
+            timeout=20,
+            **loopback,  # type: ignore[arg-type]
+        )
+        self.assertTrue(r.ok, r)
+        self.assertEqual(r.stdout_text, "the index\nrefused\n")
+        self.assertEqual(self.server.paths, ["/simple/"])
+        assert r.egress is not None
+        self.assertEqual([(d.code, d.path) for d in r.egress.denied], [("request_not_allowed", "/private/")])
+        self.assertEqual(r.egress.denied[0].reason["rules"], ["GET /simple/**"])
 
     def test_option_checks(self) -> None:
         with self.assertRaises(runsbx.BadInput):

@@ -466,32 +466,48 @@ fn layer_detail(r: &Value, name: &str) -> String {
         .unwrap_or_default()
 }
 
-/// An image without a CA bundle cannot be made to trust the inspection's
-/// CA: the call is refused before anything is made.
-fn an_image_without_a_ca_bundle_is_refused(fx: Fixture) {
+/// An image without a CA bundle has nothing to add the inspection's CA
+/// to: its plain HTTP is still judged by the rules, and HTTPS to a host
+/// rules narrow is refused with the reason, never tunnelled unread.
+fn an_image_without_a_ca_bundle_is_not_inspected(fx: Fixture) {
     let rootfs = kit::rootfs();
-    if rootfs.join("etc/ssl/certs/ca-certificates.crt").exists() {
-        panic!("the busybox rootfs was expected to have no CA bundle");
-    }
-    let out = fx.run([
-        "call",
-        "--rootfs",
-        rootfs.to_str().unwrap(),
-        "--allow",
-        "GET allowed.test/x",
-        "--",
-        "/bin/true",
-    ]);
-    assert_eq!(out.code, 125, "{out:?}");
-    let first = out.stderr.lines().next().unwrap_or_default();
     assert!(
-        first.contains("GET allowed.test/x") && first.contains("ca-certificates"),
-        "{first}"
+        !rootfs.join("etc/ssl/certs/ca-certificates.crt").exists(),
+        "the busybox rootfs was expected to have no CA bundle"
     );
+    let up = Upstream::start();
+    let p = up.port;
+    let mut o = opts(&up, &[format!("GET allowed.test:{p}/api/**")]);
+    o.extend(["--rootfs".to_owned(), rootfs.display().to_string()]);
+    let script = format!(
+        r#"
+unset NO_PROXY no_proxy
+echo "env ${{SSL_CERT_FILE:-none}}"
+printf 'CONNECT allowed.test:{p} HTTP/1.1\r\n\r\n' | nc 127.0.0.1 3128 | head -1
+"#
+    );
+    let (out, r) = call(&fx, &up, &o, &script);
+    assert_eq!(r["exit_code"], 0, "{out:?}");
+    let stdout = r["stdout"]["data"].as_str().unwrap();
+    assert!(stdout.contains("env none"), "{stdout}");
+    assert!(stdout.contains("HTTP/1.1 403"), "{stdout}");
+    let denied = r["egress"]["denied"].as_array().unwrap();
+    assert_eq!(
+        denied[0]["reason"]["code"], "request_not_allowed",
+        "{denied:?}"
+    );
+    assert!(
+        denied[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("without TLS inspection"),
+        "{denied:?}"
+    );
+    assert!(up.requests().is_empty());
     fx.assert_clean();
 }
 
-as_root_and_rootless!(RUNSBX, an_image_without_a_ca_bundle_is_refused: no_bundle_as_root, no_bundle_rootless);
+as_root_and_rootless!(RUNSBX, an_image_without_a_ca_bundle_is_not_inspected: no_bundle_as_root, no_bundle_rootless);
 
 /// `--secret`: the sandbox holds a sentinel; the upstream of the secret's
 /// host gets the credential in its header; the sentinel sent to another

@@ -74,8 +74,10 @@ from .result import (
     Limits,
     OutputFile,
     ProxyStats,
+    Seccomp,
     SessionInfo,
     Stream,
+    SyscallDenial,
 )
 
 __version__ = "0.1.0"
@@ -102,6 +104,8 @@ __all__ = [
     "Layer",
     "Egress",
     "DenyEvent",
+    "Seccomp",
+    "SyscallDenial",
     "ProxyStats",
     "ErrorInfo",
     "Chunk",

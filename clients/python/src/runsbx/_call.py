@@ -137,6 +137,7 @@ def _sandbox_options(
     pids: Optional[int],
     profile: Optional[str],
     allow_hosts: Optional[Strings],
+    allow: Optional[Strings],
     proxy_resolve: Optional[Mapping[str, str]],
     proxy_allow_addresses: Optional[Strings],
 ) -> List[str]:
@@ -159,6 +160,8 @@ def _sandbox_options(
         opts.append(f"--pids={pids}")
     for host in _strings("allow_hosts", allow_hosts):
         opts.append(f"--allow-host={_no_nul('allow_hosts', host)}")
+    for rule in _strings("allow", allow):
+        opts.append(f"--allow={_no_nul('allow', rule)}")
     if proxy_resolve is not None and not isinstance(proxy_resolve, Mapping):
         raise TypeError(f"proxy_resolve must map a name to an IP address, not {proxy_resolve!r}")
     for name, ip in (proxy_resolve or {}).items():
@@ -192,6 +195,7 @@ class Invocation:
         files: Optional[Mapping[str, FileContent]] = None,
         outputs: Optional[Strings] = None,
         allow_hosts: Optional[Strings] = None,
+        allow: Optional[Strings] = None,
         proxy_resolve: Optional[Mapping[str, str]] = None,
         proxy_allow_addresses: Optional[Strings] = None,
         memory: Optional[Size] = None,
@@ -235,6 +239,7 @@ class Invocation:
             pids=pids,
             profile=profile,
             allow_hosts=allow_hosts,
+            allow=allow,
             proxy_resolve=proxy_resolve,
             proxy_allow_addresses=proxy_allow_addresses,
         )
@@ -545,6 +550,7 @@ def session_create(
     pids: Optional[int] = None,
     timeout: Optional[float] = None,
     allow_hosts: Optional[Strings] = None,
+    allow: Optional[Strings] = None,
     proxy_resolve: Optional[Mapping[str, str]] = None,
     proxy_allow_addresses: Optional[Strings] = None,
     profile: Optional[str] = None,
@@ -558,6 +564,7 @@ def session_create(
         pids=pids,
         profile=profile,
         allow_hosts=allow_hosts,
+        allow=allow,
         proxy_resolve=proxy_resolve,
         proxy_allow_addresses=proxy_allow_addresses,
     )

@@ -64,6 +64,7 @@ class Pool:
         pids: Optional[int] = None,
         profile: Optional[str] = None,
         allow_hosts: Optional[Strings] = None,
+        allow: Optional[Strings] = None,
         proxy_resolve: Optional[Mapping[str, str]] = None,
         proxy_allow_addresses: Optional[Strings] = None,
         binary: Optional[PathArg] = None,
@@ -77,6 +78,7 @@ class Pool:
             "pids": pids,
             "profile": profile,
             "allow_hosts": allow_hosts,
+            "allow": allow,
             "proxy_resolve": proxy_resolve,
             "proxy_allow_addresses": proxy_allow_addresses,
         }

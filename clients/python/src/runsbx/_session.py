@@ -36,6 +36,7 @@ class CallOptions(TypedDict, total=False):
     files: Optional[Mapping[str, FileContent]]
     outputs: Optional[Strings]
     allow_hosts: Optional[Strings]
+    allow: Optional[Strings]
     proxy_resolve: Optional[Mapping[str, str]]
     proxy_allow_addresses: Optional[Strings]
     memory: Optional[Size]

@@ -52,6 +52,7 @@ def run(
     files: Optional[Mapping[str, FileContent]] = None,
     outputs: Optional[Strings] = None,
     allow_hosts: Optional[Strings] = None,
+    allow: Optional[Strings] = None,
     proxy_resolve: Optional[Mapping[str, str]] = None,
     proxy_allow_addresses: Optional[Strings] = None,
     memory: Optional[Size] = None,
@@ -84,6 +85,10 @@ def run(
             :attr:`CallResult.outputs` (symbolic links are refused).
         allow_hosts: Hosts the command may reach through runsbx's egress
             proxy (``NAME``, ``NAME:PORT``, ``*.SUFFIX``); none by default.
+        allow: Requests the command may make, no others of those hosts
+            (``"GET,HEAD example.org/docs/**"``: methods, host, path glob
+            with ``*`` within a segment and ``**`` across); HTTPS to them
+            is inspected with a CA of the sandbox's own.
         proxy_resolve: Names the proxy resolves to these IP addresses
             instead of asking DNS (``{"pypi.internal": "10.0.0.7"}``; needs
             ``allow_hosts``).
@@ -131,6 +136,7 @@ def run(
         files=files,
         outputs=outputs,
         allow_hosts=allow_hosts,
+        allow=allow,
         proxy_resolve=proxy_resolve,
         proxy_allow_addresses=proxy_allow_addresses,
         memory=memory,
@@ -174,6 +180,7 @@ def stream(
     files: Optional[Mapping[str, FileContent]] = None,
     outputs: Optional[Strings] = None,
     allow_hosts: Optional[Strings] = None,
+    allow: Optional[Strings] = None,
     proxy_resolve: Optional[Mapping[str, str]] = None,
     proxy_allow_addresses: Optional[Strings] = None,
     memory: Optional[Size] = None,
@@ -218,6 +225,7 @@ def stream(
         files=files,
         outputs=outputs,
         allow_hosts=allow_hosts,
+        allow=allow,
         proxy_resolve=proxy_resolve,
         proxy_allow_addresses=proxy_allow_addresses,
         memory=memory,
@@ -573,7 +581,7 @@ class Session(_session.SessionCore):
         image: The image its calls run on (default ``python``).
         disk: How much its files may take (bytes, or ``"1G"``, runsbx's
             default; enforced as root, see ``info.disk``).
-        memory, pids, timeout, allow_hosts, proxy_resolve,
+        memory, pids, timeout, allow_hosts, allow, proxy_resolve,
         proxy_allow_addresses, profile: Its calls' defaults, as for
             :func:`runsbx.run`; a call may only tighten them.
         binary: The runsbx binary.
@@ -595,6 +603,7 @@ class Session(_session.SessionCore):
         pids: Optional[int] = None,
         timeout: Optional[float] = None,
         allow_hosts: Optional[Strings] = None,
+        allow: Optional[Strings] = None,
         proxy_resolve: Optional[Mapping[str, str]] = None,
         proxy_allow_addresses: Optional[Strings] = None,
         profile: Optional[str] = None,
@@ -609,6 +618,7 @@ class Session(_session.SessionCore):
             pids=pids,
             timeout=timeout,
             allow_hosts=allow_hosts,
+            allow=allow,
             proxy_resolve=proxy_resolve,
             proxy_allow_addresses=proxy_allow_addresses,
             profile=profile,

@@ -27,6 +27,8 @@ __all__ = [
     "Layer",
     "Egress",
     "DenyEvent",
+    "Seccomp",
+    "SyscallDenial",
     "ProxyStats",
     "ErrorInfo",
     "Chunk",
@@ -161,6 +163,27 @@ class DenyEvent:
 
 
 @dataclass(frozen=True)
+class SyscallDenial:
+    """A syscall the sandbox's seccomp filter refused (with EPERM), as
+    often as ``count`` for this process name."""
+
+    syscall: str
+    process: str
+    args: Tuple[int, ...]
+    count: int
+
+
+@dataclass(frozen=True)
+class Seccomp:
+    """The seccomp part of a result: what was refused (distinct
+    syscall and process pairs, the first kept) and how many more were
+    only counted."""
+
+    denied: Tuple[SyscallDenial, ...]
+    dropped: int
+
+
+@dataclass(frozen=True)
 class ProxyStats:
     """The egress proxy's counters for the call."""
 
@@ -278,6 +301,8 @@ class CallResult:
         stderr: The command's stderr (empty when it did not run).
         outputs: The files of ``outputs``, with their content.
         egress: The egress proxy's report; ``None`` without egress.
+        seccomp: The syscalls the sandbox was refused; ``None`` when the
+            call had no listener for them.
         attestation: The isolation layers in force; ``None`` when the
             sandbox was not made.
         error: Why the command did not run; ``None`` when it did.
@@ -304,6 +329,7 @@ class CallResult:
     error: Optional[ErrorInfo]
     session: Optional[CallSession]
     raw: Mapping[str, Any] = field(repr=False, compare=False)
+    seccomp: Optional[Seccomp] = None
 
     @property
     def ok(self) -> bool:
@@ -629,6 +655,24 @@ def parse_result(obj: Any, output_dir: Optional[str] = None) -> CallResult:
         else ErrorInfo(kind=_str(error, "kind"), message=_str(error, "message")),
         session=_parse_call_session(_obj(obj, "session")),
         raw=obj,
+        seccomp=_parse_seccomp(_obj(obj, "seccomp")),
+    )
+
+
+def _parse_seccomp(obj: Optional[Mapping[str, Any]]) -> Optional[Seccomp]:
+    if obj is None:
+        return None
+    return Seccomp(
+        denied=tuple(
+            SyscallDenial(
+                syscall=_str(d, "syscall"),
+                process=_str(d, "process"),
+                args=tuple(int(a) for a in (_list(d, "args") or [])),
+                count=_int(d, "count"),
+            )
+            for d in _dicts(obj, "denied") or ()
+        ),
+        dropped=_int(obj, "dropped"),
     )
 
 

@@ -201,20 +201,13 @@ fn build_from(
             if (egress::inspects(plan) || !req.secrets.is_empty())
                 && creates_netns(&hardened.spec) =>
         {
-            let inspection = egress::Inspection::prepare(
-                &bundle::Effective::path(root, id),
-                &hardened.spec,
-                plan,
-            )?;
-            hardened = harden(
-                id,
-                source,
-                &req,
-                range,
-                pod.as_ref(),
-                Some(&inspection.bundle),
-            )?;
-            Some(inspection)
+            let dir = bundle::Effective::path(root, id);
+            let inspection = egress::Inspection::prepare(&dir, &hardened.spec, plan)?;
+            if let Some(made) = &inspection {
+                let trust = Some(made.bundle.as_path());
+                hardened = harden(id, source, &req, range, pod.as_ref(), trust)?;
+            }
+            inspection
         }
         _ => None,
     };

@@ -55,24 +55,29 @@ pub struct Inspection {
 impl Inspection {
     /// Reads the image's CA bundle (from the rootfs of the hardened
     /// `spec`), makes the CA and the upstream trust, and writes the
-    /// sandbox's bundle into `dir`.
-    pub fn prepare(dir: &Path, spec: &Spec, plan: &EgressPlan) -> Result<Self> {
-        let rules: Vec<&str> = plan
-            .allow
-            .iter()
-            .filter(|e| Entry::parse(e).is_ok_and(|e| e.rule.is_some()))
-            .map(String::as_str)
-            .collect();
-        let image_cas = image_bundle(spec).map_err(|reason| {
-            RuntimeError::invalid(
-                format!("egress rules {}", rules.join("; ")),
-                format!(
-                    "their HTTPS is inspected, so the sandbox must trust runsbx's CA beside the \
-                     image's own, and {reason}: install ca-certificates in the image, or allow \
-                     the hosts whole with --allow-host"
-                ),
-            )
-        })?;
+    /// sandbox's bundle into `dir`. `None` for an image without a bundle
+    /// (busybox, distroless): its TLS clients trust nothing to add a CA
+    /// to, so nothing is inspected, and the proxy refuses the HTTPS of
+    /// hosts that rules narrow while it still judges their plain HTTP.
+    pub fn prepare(dir: &Path, spec: &Spec, plan: &EgressPlan) -> Result<Option<Self>> {
+        let image_cas = match image_bundle(spec) {
+            Ok(cas) => cas,
+            Err(reason) => {
+                let rules: Vec<&str> = plan
+                    .allow
+                    .iter()
+                    .filter(|e| Entry::parse(e).is_ok_and(|e| e.rule.is_some()))
+                    .map(String::as_str)
+                    .collect();
+                tracing::warn!(
+                    "{reason}: HTTPS is not inspected, so the proxy refuses the tunnels of hosts \
+                     that rules narrow ({}) and cannot put secrets in HTTPS requests; install \
+                     ca-certificates in the image to have them inspected",
+                    rules.join("; ")
+                );
+                return Ok(None);
+            }
+        };
         let tls_err = |e: runsbx_proxy::TlsError| {
             RuntimeError::invalid("the egress proxy's TLS inspection", e.to_string())
         };
@@ -98,10 +103,10 @@ impl Inspection {
             .map_err(|e| {
                 RuntimeError::io(format!("write the sandbox's trust bundle {path:?}"), e)
             })?;
-        Ok(Self {
+        Ok(Some(Self {
             tls: Arc::new(tls),
             bundle: path,
-        })
+        }))
     }
 }
 
