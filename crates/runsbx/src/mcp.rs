@@ -56,6 +56,10 @@ pub struct Mcp {
     /// NAME, NAME:PORT, *.SUFFIX[:PORT]
     #[arg(long = "allow-host", value_name = "NAME[:PORT]")]
     pub allow_host: Vec<String>,
+    /// Only these requests (repeatable): "GET,HEAD NAME[:PORT]/PATH", as
+    /// `runsbx call --allow`
+    #[arg(long = "allow", value_name = "METHODS NAME[:PORT]/PATH")]
+    pub allow: Vec<String>,
     /// Make the proxy resolve NAME to IP (repeatable; needs --allow-host)
     #[arg(long = "proxy-resolve", value_name = "NAME=IP")]
     pub proxy_resolve: Vec<String>,
@@ -69,7 +73,7 @@ pub struct Mcp {
         long,
         value_name = "NAME",
         conflicts_with_all = [
-            "image", "memory", "pids", "timeout", "disk", "allow_host", "proxy_resolve",
+            "image", "memory", "pids", "timeout", "disk", "allow_host", "allow", "proxy_resolve",
             "proxy_allow_address", "allow_session_tools",
         ]
     )]
@@ -109,6 +113,9 @@ impl Mcp {
         }
         for h in &self.allow_host {
             one("allow-host", h);
+        }
+        for r in &self.allow {
+            one("allow", r);
         }
         for r in &self.proxy_resolve {
             one("proxy-resolve", r);
