@@ -30,6 +30,7 @@ use crate::host::Host;
 use crate::http::{head_end, printable, rewrite_response_head, MAX_HEAD};
 use crate::inspect_http::{parse_request, upstream_head, Body, Chunked};
 use crate::relay::{End, Meter, BUF};
+use crate::server::{read_head, response, Head};
 use crate::tls::{SandboxCa, UpstreamTrust};
 
 pub use crate::inspect_http::InspectedRequest;
@@ -536,47 +537,6 @@ fn status_code(head: &[u8]) -> Option<u16> {
         return None;
     }
     std::str::from_utf8(code).ok()?.parse().ok()
-}
-
-enum Head {
-    Complete { len: usize, filled: usize },
-    TooLarge,
-    Eof,
-}
-
-async fn read_head<S: AsyncRead + Unpin>(stream: &mut S, buf: &mut [u8]) -> io::Result<Head> {
-    let mut filled = 0;
-    loop {
-        if filled == buf.len() {
-            return Ok(Head::TooLarge);
-        }
-        let n = stream.read(&mut buf[filled..]).await?;
-        if n == 0 {
-            return Ok(Head::Eof);
-        }
-        // The blank line may straddle two reads.
-        let from = filled.saturating_sub(3);
-        filled += n;
-        if let Some(end) = head_end(&buf[from..filled]) {
-            return Ok(Head::Complete {
-                len: from + end,
-                filled,
-            });
-        }
-    }
-}
-
-/// An answer from the proxy itself, in the shape of its other refusals.
-fn response(status: u16, text: &str, deny: Option<&str>, message: &str) -> Vec<u8> {
-    let body = format!("{message}\n");
-    let deny = deny
-        .map(|code| format!("X-Runsbx-Deny: {code}\r\n"))
-        .unwrap_or_default();
-    format!(
-        "HTTP/1.1 {status} {text}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\n{deny}Connection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
 }
 
 /// Send a final answer over TLS and close cleanly: the answer, close_notify,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::time::{timeout, timeout_at, Instant};
@@ -132,13 +132,17 @@ fn refuse_at_limit(
     }
 }
 
-enum Head {
+pub(crate) enum Head {
     Complete { len: usize, filled: usize },
     TooLarge,
     Eof,
 }
 
-async fn read_head(stream: &mut TcpStream, buf: &mut [u8]) -> io::Result<Head> {
+/// Reads a request head into `buf` (a tunnel's, inside its TLS, too).
+pub(crate) async fn read_head<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut [u8],
+) -> io::Result<Head> {
     let mut filled = 0;
     loop {
         if filled == buf.len() {
@@ -511,7 +515,9 @@ fn event(
     }
 }
 
-fn response(status: u16, text: &str, deny: Option<&str>, message: &str) -> Vec<u8> {
+/// An answer from the proxy itself: `X-Runsbx-Deny` names a refusal's
+/// reason, the body says it in a sentence.
+pub(crate) fn response(status: u16, text: &str, deny: Option<&str>, message: &str) -> Vec<u8> {
     let body = format!("{message}\n");
     let deny = deny
         .map(|code| format!("X-Runsbx-Deny: {code}\r\n"))
