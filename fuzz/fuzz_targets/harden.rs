@@ -45,6 +45,10 @@ fn host(rootless: bool) -> HostFacts {
                 kind: EngineBindKind::Volume,
             },
         ],
+        // Each provision in one of the two hosts: a trust bundle (TLS
+        // inspection) as root, a seccomp listener rootless.
+        trust_bundle: (!rootless).then(|| "/run/runsbx/@bundles/f/trust.pem".into()),
+        seccomp_listener: rootless.then(|| "/run/user/1000/runsbx/@calls/f/seccomp.sock".into()),
     }
 }
 
