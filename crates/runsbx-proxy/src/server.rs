@@ -191,7 +191,7 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, s: &Settings, shared: &
             return finish(stream, &response(408, "Request Timeout", None, &msg)).await;
         }
     };
-    let req = match parse_request(&buf[..len]) {
+    let mut req = match parse_request(&buf[..len]) {
         Ok(req) => req,
         Err(bad) => {
             let who = (bad.method.as_str(), bad.host.as_str(), bad.port);
@@ -207,24 +207,17 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, s: &Settings, shared: &
         }
     };
     let host = req.host.to_string();
-    let who = (req.method.as_str(), host.as_str(), req.port);
     let addrs = match s.guard.check(&req.host, req.port).await {
         Ok(addrs) => addrs,
-        Err(reason) => return deny(stream, peer, shared, who, reason, "").await,
+        Err(reason) => {
+            let who = (req.method.as_str(), host.as_str(), req.port);
+            return deny(stream, peer, shared, who, reason, "").await;
+        }
     };
     let access = s.guard.allow.access(&req.host, req.port);
-    let mut req = req;
     let has_secrets = !s.secrets.is_empty();
-    let checked = check_request(&access, &req, s.inspect.is_some(), has_secrets).and_then(|pass| {
-        match &req.kind {
-            Kind::Forward { path } => {
-                let path = path.clone();
-                secrets::apply(&s.secrets, &req.host, req.port, &path, &mut req.headers)?;
-            }
-            Kind::Connect => {}
-        }
-        Ok(pass)
-    });
+    let checked = check_request(&access, &req, s.inspect.is_some(), has_secrets)
+        .and_then(|pass| forward_secrets(&s.secrets, &mut req).map(|()| pass));
     let who = (req.method.as_str(), host.as_str(), req.port);
     let inspect = match checked {
         Ok(pass) => pass,
@@ -339,6 +332,20 @@ fn check_request<'a>(
             Ok(()) => Ok(None),
             Err(detail) => Err(refusal(rules, detail)),
         },
+    }
+}
+
+/// A forwarded request's sentinels judged and its secrets put in (see
+/// secrets.rs); a tunnel's are judged inside it, when it is inspected.
+fn forward_secrets(
+    secrets: &[crate::Secret],
+    req: &mut Request,
+) -> Result<(), (DenyReason, String)> {
+    match &req.kind {
+        Kind::Forward { path } => {
+            secrets::apply(secrets, &req.host, req.port, path, &mut req.headers)
+        }
+        Kind::Connect => Ok(()),
     }
 }
 
