@@ -218,6 +218,44 @@ fn a_sandbox_runs_one_call(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, a_sandbox_runs_one_call: once_as_root, once_rootless);
 
+/// A pooled call's seccomp denials are reported in its own result, and
+/// only in its own: the next pooled call, in the next sandbox, has none.
+fn pooled_calls_report_their_seccomp_denials(fx: Fixture) {
+    let rootfs = rootfs_arg();
+    let mut pool = Serve::start(&fx, 1);
+    let r = pool.call(&sh_args(
+        &rootfs,
+        &[],
+        "mount -t tmpfs none /tmp; echo rc=$?",
+    ));
+    assert_eq!(r["warm"], true, "{r}");
+    // EPERM, as without the report: busybox says "permission denied".
+    assert_eq!(r["result"]["stdout"]["data"], "rc=1\n", "{r}");
+    let stderr = r["result"]["stderr"]["data"].as_str().unwrap();
+    assert!(stderr.contains("permission denied"), "{r}");
+    let denied: Vec<(String, String)> = r["result"]["seccomp"]["denied"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no seccomp report: {r}"))
+        .iter()
+        .map(|d| {
+            (
+                d["syscall"].as_str().unwrap().to_owned(),
+                d["process"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        denied.contains(&("mount".to_owned(), "mount".to_owned())),
+        "{r}"
+    );
+    let r = pool.call(&sh_args(&rootfs, &[], "true"));
+    assert_eq!(r["warm"], true, "{r}");
+    assert_eq!(r["result"]["seccomp"]["denied"], json!([]), "{r}");
+    pool.close();
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, pooled_calls_report_their_seccomp_denials: seccomp_as_root, seccomp_rootless);
+
 fn requests_that_do_not_fit_run_cold(fx: Fixture) {
     let rootfs = rootfs_arg();
     let mut pool = Serve::start(&fx, 1);
