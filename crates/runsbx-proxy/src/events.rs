@@ -4,6 +4,7 @@
 //! `max_events` are kept, the rest are only counted. The first ones are the
 //! ones that explain what the code tried.
 
+use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -77,6 +78,35 @@ pub struct DenyEvent {
     pub message: String,
 }
 
+/// What learn mode saw go out: one destination and, when the proxy read
+/// the request, its method and path, with how often.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct LearnedRequest {
+    /// `GET`, `POST`, ...; `CONNECT` for a tunnel whose requests the proxy
+    /// did not read.
+    pub method: String,
+    pub host: String,
+    pub port: u16,
+    /// The request's path as the rules match it (unreserved escapes
+    /// undone, without the query); `None` for an unread tunnel.
+    pub path: Option<String>,
+    /// Whether it came through a TLS tunnel the proxy inspected.
+    pub tls: bool,
+    pub count: u64,
+}
+
+/// What learn mode saw, as the call result reports it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct Learned {
+    /// Each distinct request, sorted by host, port, path, method.
+    pub requests: Vec<LearnedRequest>,
+    /// Distinct requests beyond the bound, counted only.
+    pub dropped: u64,
+}
+
+/// The key of a learned request: host, port, path, method, tls.
+type LearnKey = (String, u16, Option<String>, String, bool);
+
 /// Counters, as the call result reports them.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct ProxyStats {
@@ -100,6 +130,10 @@ pub struct ProxyStats {
 pub(crate) struct Shared {
     max_events: usize,
     events: Mutex<Vec<DenyEvent>>,
+    /// In learn mode, the requests let through (at most `max_events`
+    /// distinct ones); `None` otherwise.
+    learned: Option<Mutex<BTreeMap<LearnKey, u64>>>,
+    learn_dropped: AtomicU64,
     pub dropped: AtomicU64,
     pub connections: AtomicU64,
     pub active: AtomicU64,
@@ -110,10 +144,12 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn new(max_events: usize) -> Self {
+    pub fn new(max_events: usize, learn: bool) -> Self {
         Self {
             max_events,
             events: Mutex::new(Vec::new()),
+            learned: learn.then(|| Mutex::new(BTreeMap::new())),
+            learn_dropped: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
             connections: AtomicU64::new(0),
             active: AtomicU64::new(0),
@@ -144,6 +180,54 @@ impl Shared {
         } else {
             self.dropped.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// In learn mode, counts a request the proxy let through: `path` is
+    /// `None` for a tunnel it does not read.
+    pub fn learn(&self, method: &str, host: &str, port: u16, path: Option<&str>, tls: bool) {
+        let Some(learned) = &self.learned else {
+            return;
+        };
+        let mut learned = learned.lock().unwrap_or_else(PoisonError::into_inner);
+        let key = (
+            host.to_owned(),
+            port,
+            path.map(str::to_owned),
+            method.to_owned(),
+            tls,
+        );
+        if let Some(count) = learned.get_mut(&key) {
+            *count += 1;
+        } else if learned.len() < self.max_events {
+            tracing::info!(method, host, port, path, "egress learned");
+            learned.insert(key, 1);
+        } else {
+            self.learn_dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// What learn mode saw; `None` when not learning.
+    pub fn learned(&self) -> Option<Learned> {
+        let learned = self
+            .learned
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let requests = learned
+            .iter()
+            .map(|((host, port, path, method, tls), count)| LearnedRequest {
+                method: method.clone(),
+                host: host.clone(),
+                port: *port,
+                path: path.clone(),
+                tls: *tls,
+                count: *count,
+            })
+            .collect();
+        Some(Learned {
+            requests,
+            dropped: self.learn_dropped.load(Ordering::Relaxed),
+        })
     }
 
     pub fn events(&self) -> Vec<DenyEvent> {
@@ -186,13 +270,54 @@ mod tests {
 
     #[test]
     fn keeps_the_first_events_and_counts_the_rest() {
-        let shared = Shared::new(3);
+        let shared = Shared::new(3, false);
         for _ in 0..5 {
             shared.record(event(DenyReason::NotAllowed));
         }
         assert_eq!(shared.events().len(), 3);
         assert_eq!(shared.dropped.load(Ordering::Relaxed), 2);
         assert_eq!(shared.stats().denied, 5);
+    }
+
+    #[test]
+    fn learns_only_in_learn_mode() {
+        let shared = Shared::new(3, false);
+        shared.learn("GET", "a.test", 443, Some("/x"), true);
+        assert_eq!(shared.learned(), None);
+    }
+
+    #[test]
+    fn learned_requests_are_counted_once_each_and_bounded() {
+        let shared = Shared::new(3, true);
+        shared.learn("GET", "b.test", 443, Some("/x"), true);
+        shared.learn("GET", "b.test", 443, Some("/x"), true);
+        shared.learn("HEAD", "b.test", 443, Some("/x"), true);
+        shared.learn("CONNECT", "a.test", 443, None, false);
+        // A fourth distinct one is past the bound: counted only.
+        shared.learn("GET", "c.test", 80, Some("/"), false);
+        shared.learn("GET", "b.test", 443, Some("/x"), true);
+        let learned = shared.learned().unwrap();
+        assert_eq!(learned.dropped, 1);
+        let seen: Vec<_> = learned
+            .requests
+            .iter()
+            .map(|r| {
+                (
+                    r.method.as_str(),
+                    r.host.as_str(),
+                    r.path.as_deref(),
+                    r.count,
+                )
+            })
+            .collect();
+        assert_eq!(
+            seen,
+            [
+                ("CONNECT", "a.test", None, 1),
+                ("GET", "b.test", Some("/x"), 3),
+                ("HEAD", "b.test", Some("/x"), 1),
+            ]
+        );
     }
 
     #[test]

@@ -40,7 +40,7 @@ use tokio::sync::oneshot;
 
 pub use addr::{classify, AddressClass};
 pub use allowlist::{Access, Allowlist, AllowlistError};
-pub use events::{DenyEvent, DenyReason, ProxyStats};
+pub use events::{DenyEvent, DenyReason, Learned, LearnedRequest, ProxyStats};
 pub use host::{Host, HostError};
 pub use inspect::{inspect, InspectLimits, Inspected, InspectedRequest, RelayEnd, Verdict};
 pub use secrets::Secret;
@@ -81,6 +81,11 @@ pub struct ProxyConfig {
     /// Credentials put in place of their sentinels (see secrets.rs); a
     /// secret's host is inspected, so that its requests can be read.
     pub secrets: Vec<Secret>,
+    /// Learn mode: every request let through is counted (see
+    /// [`ProxyHandle::learned`]), and with inspection every tunnel is read
+    /// so that its requests are known by method and path. It allows
+    /// nothing more.
+    pub learn: bool,
 }
 
 /// What TLS inspection needs for one sandbox: its CA (in memory, for the
@@ -116,6 +121,7 @@ impl Default for ProxyConfig {
             max_events: 1000,
             inspect: None,
             secrets: Vec::new(),
+            learn: false,
         }
     }
 }
@@ -165,7 +171,7 @@ pub fn spawn(listener: std::net::TcpListener, config: ProxyConfig) -> Result<Pro
         .map_err(ProxyError::Listener)?;
     let local_addr = listener.local_addr().map_err(ProxyError::Listener)?;
     let settings = Arc::new(settings(config.clone()));
-    let shared = Arc::new(Shared::new(config.max_events));
+    let shared = Arc::new(Shared::new(config.max_events, config.learn));
     // Name resolution is the one blocking call (getaddrinfo); a few threads
     // for it are enough, and they carry a name that says whose they are
     // (15 characters: the kernel keeps no more).
@@ -223,6 +229,7 @@ fn settings(config: ProxyConfig) -> Settings {
         },
         inspect: config.inspect,
         secrets: config.secrets,
+        learn: config.learn,
         max_connections: config.max_connections,
         idle_timeout: config.idle_timeout,
         connect_timeout: config.connect_timeout,
@@ -251,6 +258,11 @@ impl ProxyHandle {
 
     pub fn stats(&self) -> ProxyStats {
         self.shared.stats()
+    }
+
+    /// In learn mode, the requests let through so far; `None` otherwise.
+    pub fn learned(&self) -> Option<Learned> {
+        self.shared.learned()
     }
 
     /// Stop accepting, close every connection and the listener, and wait

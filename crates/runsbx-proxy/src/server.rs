@@ -29,6 +29,7 @@ pub(crate) struct Settings {
     pub guard: Guard,
     pub inspect: Option<Arc<crate::Inspection>>,
     pub secrets: Vec<crate::Secret>,
+    pub learn: bool,
     pub max_connections: usize,
     pub idle_timeout: Duration,
     pub connect_timeout: Duration,
@@ -215,8 +216,9 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, s: &Settings, shared: &
         }
     };
     let access = s.guard.allow.access(&req.host, req.port);
-    let has_secrets = !s.secrets.is_empty();
-    let checked = check_request(&access, &req, s.inspect.is_some(), has_secrets)
+    // With secrets, and in learn mode, every tunnel is read.
+    let read_all = !s.secrets.is_empty() || s.learn;
+    let checked = check_request(&access, &req, s.inspect.is_some(), read_all)
         .and_then(|pass| forward_secrets(&s.secrets, &mut req).map(|()| pass));
     let who = (req.method.as_str(), host.as_str(), req.port);
     let inspect = match checked {
@@ -248,6 +250,13 @@ async fn handle(mut stream: TcpStream, peer: SocketAddr, s: &Settings, shared: &
             return;
         }
         return inspected(stream, upstream, peer, &req, &rules, inspection, s, shared).await;
+    }
+    match &req.kind {
+        Kind::Forward { path } => {
+            let path = Target::parse(path).map(|t| t.path_str().to_owned()).ok();
+            shared.learn(&req.method, &host, req.port, path.as_deref(), false);
+        }
+        Kind::Connect => shared.learn("CONNECT", &host, req.port, None, false),
     }
     let forward = matches!(req.kind, Kind::Forward { .. });
     let started = if forward {
@@ -308,13 +317,14 @@ fn check_request<'a>(
     access: &Access<'a>,
     req: &Request,
     inspects: bool,
-    has_secrets: bool,
+    read_all: bool,
 ) -> Result<Option<Vec<&'a RequestRule>>, (DenyReason, String)> {
     let rules = match access {
         // With secrets every tunnel is read: a secret's host to put the
-        // secret in, every other so that no sentinel leaves unseen. Every
-        // request passes (no rules), its sentinels judged.
-        Access::Open if has_secrets && inspects && req.kind == Kind::Connect => {
+        // secret in, every other so that no sentinel leaves unseen. In
+        // learn mode, to learn its requests. Every request passes (no
+        // rules), its sentinels judged.
+        Access::Open if read_all && inspects && req.kind == Kind::Connect => {
             return Ok(Some(Vec::new()))
         }
         Access::Requests(rules) => rules,
@@ -394,7 +404,11 @@ async fn inspected(
                 false => judge(rules, r.method(), &path).map_err(|detail| refusal(rules, detail)),
             });
         match judged {
-            Ok(()) => Verdict::Allow,
+            Ok(()) => {
+                let learned = Target::parse(&path).map(|t| t.path_str().to_owned()).ok();
+                shared.learn(r.method(), &host, req.port, learned.as_deref(), true);
+                Verdict::Allow
+            }
             Err((reason, detail)) => {
                 let message = deny_message(&reason, &host, req.port, &detail);
                 Verdict::Deny { reason, message }
