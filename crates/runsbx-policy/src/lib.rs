@@ -13,14 +13,15 @@ pub mod harden;
 pub mod profile;
 pub mod request_rule;
 pub mod seccomp;
+pub mod suggest;
 pub mod verify;
 
 use serde::Serialize;
 
 pub use annotations::{EgressOverride, Overrides};
 pub use harden::{
-    harden, harden_exec, harden_with, is_bind_mount, proxy_env, trust_env, EgressPlan, PROXY_PORT,
-    TRUST_BUNDLE,
+    harden, harden_exec, harden_with, is_bind_mount, proxy_env, trust_env, EgressPlan, Learn,
+    PROXY_PORT, TRUST_BUNDLE,
 };
 pub use profile::{OperatorConfig, Profile};
 pub use verify::verify;

@@ -63,6 +63,11 @@ pub struct Egress {
     pub allow: Vec<String>,
     pub resolve: BTreeMap<String, String>,
     pub allow_addresses: Vec<String>,
+    /// Learn mode for engines' containers: an absolute directory where
+    /// each container's record of the requests its proxy let through is
+    /// written as `<id>.json` when it ends, for `runsbx profile suggest`.
+    /// It allows nothing more. None by default.
+    pub learn: Option<PathBuf>,
 }
 
 impl Default for Profile {

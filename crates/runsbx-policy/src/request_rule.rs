@@ -321,6 +321,11 @@ impl Target {
     fn path(&self) -> &[u8] {
         &self.path_and_query.as_bytes()[..self.path_len]
     }
+
+    /// The path as rules match it: unreserved escapes undone, no query.
+    pub fn path_str(&self) -> &str {
+        &self.path_and_query[..self.path_len]
+    }
 }
 
 #[cfg(test)]

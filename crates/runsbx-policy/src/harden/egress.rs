@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
 
 use oci_spec::runtime::LinuxNamespaceType;
 use serde::{Deserialize, Serialize};
@@ -31,6 +32,22 @@ pub struct EgressPlan {
     /// Destinations exempt from the proxy's refusal of loopback and
     /// private addresses, because whoever runs runsbx marked them.
     pub allow_addresses: Vec<SocketAddr>,
+    /// Learn mode: the proxy records every request it lets through, and
+    /// reads every tunnel it can, so that a narrower allowlist can be
+    /// written from what was seen (`runsbx profile suggest`). It allows
+    /// nothing more. `None`: not learning.
+    pub learn: Option<Learn>,
+}
+
+/// Where learn mode's record goes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Learn {
+    /// Into the call's result (`runsbx call --learn`).
+    Result,
+    /// `<dir>/<container id>.json`, written when the container ends (a
+    /// profile's `[egress] learn`, for engines' containers).
+    Dir(PathBuf),
 }
 
 /// The environment that points a sandbox's HTTP clients at the proxy. Both
@@ -110,6 +127,7 @@ pub(super) fn apply(cx: &mut Cx) -> Result<Option<EgressPlan>, PolicyError> {
 /// The plan before it is known to allow anything.
 fn plan(cx: &Cx) -> Result<Option<EgressPlan>, PolicyError> {
     let profile = &cx.profile.egress;
+    let learn = profile.learn.clone().map(Learn::Dir);
     let allow = match &cx.overrides.egress {
         // A call's egress is its caller's: see `EgressOverride::Call`.
         Some(EgressOverride::Call(plan)) => return Ok(Some(plan.clone())),
@@ -157,6 +175,7 @@ fn plan(cx: &Cx) -> Result<Option<EgressPlan>, PolicyError> {
         allow,
         resolve,
         allow_addresses,
+        learn,
     }))
 }
 

@@ -13,7 +13,7 @@ mod userns;
 
 use oci_spec::runtime::Spec;
 
-pub use egress::{proxy_env, trust_env, EgressPlan, PROXY_PORT};
+pub use egress::{proxy_env, trust_env, EgressPlan, Learn, PROXY_PORT};
 pub use mounts::is_bind as is_bind_mount;
 pub use mounts::TRUST_BUNDLE;
 pub(crate) use mounts::{
