@@ -32,6 +32,11 @@ pub struct Call {
         value_name = "NAME=file:PATH|env:VAR,host=HOST[:PORT][,header=H]"
     )]
     pub secrets: Vec<String>,
+    /// Learn mode: the result's `learned` also lists every request the
+    /// egress proxy let through (HTTPS read through the sandbox's CA), for
+    /// `runsbx profile suggest`; it allows nothing more
+    #[arg(long)]
+    pub learn: bool,
     /// Copy a host file or directory into /workspace (repeatable)
     #[arg(long = "input", short = 'i', value_name = "HOST_PATH[:SANDBOX_PATH]")]
     pub inputs: Vec<String>,
@@ -250,6 +255,7 @@ pub(crate) fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest
         pids: sandbox.pids,
         env,
         secrets,
+        learn: args.learn,
         stdin: match args.stdin.as_deref() {
             None => StdinFrom::Null,
             Some("-") => StdinFrom::Inherit,

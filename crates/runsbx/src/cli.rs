@@ -67,6 +67,11 @@ pub enum Command {
         #[command(subcommand)]
         cmd: crate::session_cmd::SessionCmd,
     },
+    /// Profiles from what sandboxes did (`suggest`, from learn mode)
+    Profile {
+        #[command(subcommand)]
+        cmd: crate::profile_cmd::ProfileCmd,
+    },
     /// Serve the sandbox to an MCP client over stdio (docs/mcp.md)
     Mcp(Box<crate::mcp::Mcp>),
     Serve(Box<crate::serve::Serve>),

@@ -31,6 +31,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         }
         Command::Image { cmd } => return crate::image_cmd::run(cmd),
         Command::Session { cmd } => return crate::session_cmd::run(cmd, cli.global.config.clone()),
+        Command::Profile { cmd } => return crate::profile_cmd::run(cmd, cli.global.config.clone()),
         Command::Serve(a) => {
             return crate::serve::run(*a, cli.global.root.clone(), cli.global.config.clone())
         }

@@ -7,6 +7,7 @@ mod commands;
 mod image_cmd;
 mod logging;
 mod mcp;
+mod profile_cmd;
 mod serve;
 mod session_cmd;
 

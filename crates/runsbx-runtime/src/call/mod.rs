@@ -42,7 +42,7 @@ pub use crate::sandbox::workspace::{Input, OutputFile};
 pub use capture::Stream;
 pub use request::{CallRequest, LiveOutput, StdinFrom};
 pub use result::{
-    CallError, CallResult, EgressReport, Limits, SessionReport, Status, Tails, SCHEMA,
+    CallError, CallResult, EgressReport, LearnReport, Limits, SessionReport, Status, Tails, SCHEMA,
 };
 pub use runsbx_proxy::{Host as SecretHost, Secret};
 pub use sweep::sweep;
@@ -237,6 +237,9 @@ fn run(
     // Once the sandbox's processes are gone (or the deadline passed: then
     // those still waiting get ENOSYS, and the teardown kills them).
     result.seccomp = seccomp.map(seccomp_events::Serving::finish);
+    if req.learn {
+        result.learned = Some(LearnReport::of(proxy.as_ref(), req.egress.as_ref()));
+    }
     if let (Some(proxy), Some(egress)) = (proxy, &req.egress) {
         result.egress = Some(EgressReport::of(&proxy, egress));
         proxy.shutdown();

@@ -340,7 +340,10 @@ pub(super) fn overrides(req: &CallRequest) -> Result<Overrides> {
         timeout: Some((req.timeout(), format!("{}ms", req.timeout().as_millis()))),
         memory,
         pids,
-        egress: Some(EgressOverride::Call(req.egress.clone().unwrap_or_default())),
+        egress: Some(EgressOverride::Call(runsbx_policy::EgressPlan {
+            learn: req.learn.then_some(runsbx_policy::Learn::Result),
+            ..req.egress.clone().unwrap_or_default()
+        })),
         ..Overrides::default()
     })
 }

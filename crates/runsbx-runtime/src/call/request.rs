@@ -61,6 +61,9 @@ pub struct CallRequest {
     /// Credentials the proxy puts in place of their sentinels (`--secret`);
     /// their values never enter the sandbox. Their sentinels are in `env`.
     pub secrets: Vec<runsbx_proxy::Secret>,
+    /// Learn mode (`--learn`): the result also reports every request the
+    /// proxy let through, for `runsbx profile suggest`.
+    pub learn: bool,
 }
 
 impl CallRequest {

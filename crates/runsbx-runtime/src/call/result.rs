@@ -41,6 +41,40 @@ impl EgressReport {
     }
 }
 
+/// Learn mode's part of the result (`--learn`): what a narrower profile
+/// would have to allow, for `runsbx profile suggest`. The egress settings
+/// the call ran with are repeated so that the record stands alone.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct LearnReport {
+    /// Each distinct request the proxy let through, with its count.
+    pub requests: Vec<runsbx_proxy::LearnedRequest>,
+    /// Distinct requests past the bound, counted only.
+    pub dropped: u64,
+    /// The call's resolver overrides (`--proxy-resolve`).
+    pub resolve: std::collections::BTreeMap<String, Vec<std::net::IpAddr>>,
+    /// The call's exempt destinations (`--proxy-allow-address`).
+    pub allow_addresses: Vec<std::net::SocketAddr>,
+}
+
+impl LearnReport {
+    /// From the call's proxy; empty when it had none (no egress: nothing
+    /// went out to learn).
+    pub(crate) fn of(
+        proxy: Option<&runsbx_proxy::ProxyHandle>,
+        egress: Option<&runsbx_policy::EgressPlan>,
+    ) -> Self {
+        let learned = proxy.and_then(|p| p.learned()).unwrap_or_default();
+        Self {
+            requests: learned.requests,
+            dropped: learned.dropped,
+            resolve: egress.map(|e| e.resolve.clone()).unwrap_or_default(),
+            allow_addresses: egress
+                .map(|e| e.allow_addresses.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
 /// How the call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -94,6 +128,9 @@ pub struct CallResult {
     /// The syscalls the seccomp filter denied, by syscall and process;
     /// `null` when the call had no listener for them.
     pub seccomp: Option<crate::sandbox::seccomp_events::SeccompReport>,
+    /// In learn mode, what went out; absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub learned: Option<LearnReport>,
     /// The isolation layers in force, from the policy.
     pub attestation: Option<Vec<runsbx_policy::Layer>>,
     /// The session the call ran in, and the bound on its disk.
@@ -172,6 +209,7 @@ impl CallResult {
             outputs: Vec::new(),
             egress: None,
             seccomp: None,
+            learned: None,
             attestation: None,
             session: None,
             error: None,
@@ -254,6 +292,7 @@ mod tests {
             outputs: vec![],
             egress: None,
             seccomp: None,
+            learned: None,
             attestation: None,
             session: None,
             error: None,

@@ -91,6 +91,7 @@ pub(crate) fn tighten(settings: &Settings, req: &CallRequest) -> Result<CallRequ
             allow: settings.allow_hosts.clone(),
             resolve: settings.proxy_resolve.clone(),
             allow_addresses: settings.proxy_allow_addresses.clone(),
+            learn: None,
         }),
         Some(plan) => {
             for host in &plan.allow {
@@ -205,6 +206,7 @@ mod tests {
             live: LiveOutput::Quiet,
             egress: None,
             secrets: Vec::new(),
+            learn: false,
         }
     }
 

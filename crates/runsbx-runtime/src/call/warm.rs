@@ -209,6 +209,12 @@ impl Fitter {
                     .to_owned(),
             );
         }
+        if req.learn {
+            // Learning is the proxy's, set when the sandbox is made.
+            return Err(
+                "it learns (--learn), which a sandbox's proxy is set to when it is made".to_owned(),
+            );
+        }
         if req.stdin == StdinFrom::Inherit {
             // A pool's own stdin is its control channel.
             return Err("it reads runsbx's stdin".to_owned());

@@ -254,7 +254,13 @@ fn build_from(
     effective.without_init_groups(&spec)?;
     let init = init_pid(&container)?;
     let trust_bundle = inspection.as_ref().map(|i| i.bundle.clone());
+    // A profile's learn directory: the container's record goes there.
+    let learn = match hardened.egress.as_ref().and_then(|p| p.learn.as_ref()) {
+        Some(runsbx_policy::Learn::Dir(dir)) => Some(dir.join(format!("{id}.json"))),
+        _ => None,
+    };
     let duties = Duties {
+        learn,
         proxy: network_up(
             init,
             &spec,

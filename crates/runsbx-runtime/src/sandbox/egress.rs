@@ -32,15 +32,18 @@ pub fn proxy_config(
     config.allow_addresses = plan.allow_addresses.clone();
     config.inspect = inspection.map(|i| i.tls);
     config.secrets = secrets.to_vec();
+    config.learn = plan.learn.is_some();
     Ok(config)
 }
 
-/// Whether `plan` lets some host through for some requests only: the
-/// proxy must then read those requests, HTTPS too.
+/// Whether the proxy must read HTTPS requests: when `plan` lets some host
+/// through for some requests only, and in learn mode, to learn them.
 pub fn inspects(plan: &EgressPlan) -> bool {
-    plan.allow
-        .iter()
-        .any(|e| Entry::parse(e).is_ok_and(|e| e.rule.is_some()))
+    plan.learn.is_some()
+        || plan
+            .allow
+            .iter()
+            .any(|e| Entry::parse(e).is_ok_and(|e| e.rule.is_some()))
 }
 
 /// TLS inspection, made for one sandbox: the CA the proxy mints its
@@ -139,12 +142,20 @@ fn image_bundle(spec: &Spec) -> std::result::Result<Vec<u8>, String> {
 /// so that a bad entry is reported against the profile, before anything
 /// is made.
 pub fn check_profile(profile: &Profile, origin: &str) -> Result<()> {
-    runsbx_proxy::Allowlist::parse(&profile.egress.allow)
-        .map(drop)
-        .map_err(|e| {
-            RuntimeError::invalid(
-                format!("profile `{}` ({origin}): egress allow", profile.name),
-                e.to_string(),
-            )
-        })
+    runsbx_proxy::Allowlist::parse(&profile.egress.allow).map_err(|e| {
+        RuntimeError::invalid(
+            format!("profile `{}` ({origin}): egress allow", profile.name),
+            e.to_string(),
+        )
+    })?;
+    match &profile.egress.learn {
+        Some(dir) if !dir.is_absolute() => Err(RuntimeError::invalid(
+            format!(
+                "profile `{}` ({origin}): egress learn {dir:?}",
+                profile.name
+            ),
+            "is not an absolute path: name the directory learn records are written to",
+        )),
+        _ => Ok(()),
+    }
 }

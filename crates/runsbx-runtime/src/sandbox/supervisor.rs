@@ -40,6 +40,9 @@ pub(crate) struct Duties {
     pub proxy: Option<(std::net::TcpListener, runsbx_proxy::ProxyConfig)>,
     /// How long the sandbox may live, from now.
     pub deadline: Option<Duration>,
+    /// Learn mode: where the proxy's record goes when the container ends
+    /// (a profile's `[egress] learn` directory, `<id>.json`).
+    pub learn: Option<PathBuf>,
 }
 
 /// Forks the supervisor of container `id`, whose init is `init`. Returns
@@ -52,7 +55,7 @@ pub(crate) fn spawn(root: &StateRoot, id: &str, init: Pid, duties: Duties) -> Re
     let deadline = duties.deadline.map(|d| Instant::now() + d);
     let root = root.clone();
     crate::sys::fork::child("the sandbox's supervisor", &[], || {
-        serve(&root, id, pidfd, duties.proxy, deadline)
+        serve(&root, id, pidfd, duties.proxy, deadline, duties.learn)
     })?;
     Ok(())
 }
@@ -63,6 +66,7 @@ fn serve(
     pidfd: OwnedFd,
     proxy: Option<(std::net::TcpListener, runsbx_proxy::ProxyConfig)>,
     deadline: Option<Instant>,
+    learn: Option<PathBuf>,
 ) -> i32 {
     let _ = nix::unistd::setsid();
     // stdio to /dev/null (see the module's comment).
@@ -117,10 +121,54 @@ fn serve(
         for event in proxy.events() {
             tracing::warn!(host = %event.host, port = event.port, reason = event.reason.code(), "egress refused");
         }
+        if let Some(path) = learn {
+            if let Err(e) = write_learned(&path, id, &proxy) {
+                tracing::error!(id, "learn mode: write {path:?}: {e}");
+            }
+        }
         proxy.shutdown();
     }
     0
 }
+
+/// Writes learn mode's record of container `id`, whole or not at all (a
+/// file beside it, renamed over), for `runsbx profile suggest`: the
+/// requests its proxy let through and those it refused.
+fn write_learned(
+    path: &std::path::Path,
+    id: &str,
+    proxy: &runsbx_proxy::ProxyHandle,
+) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let learned = proxy.learned().unwrap_or_default();
+    let record = serde_json::json!({
+        "schema": LEARN_SCHEMA,
+        "id": id,
+        "learned": learned,
+        "egress": { "denied": proxy.events() },
+    });
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let part = path.with_file_name(format!(".{name}.part"));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&part)?;
+    file.write_all(&serde_json::to_vec_pretty(&record).map_err(std::io::Error::other)?)?;
+    file.sync_all()?;
+    std::fs::rename(&part, path)?;
+    tracing::info!(id, "learn mode: wrote {path:?}");
+    Ok(())
+}
+
+/// The schema of a container's learn record.
+pub const LEARN_SCHEMA: &str = "runsbx.learn/v1";
 
 /// Kills every process of container `id`; the engine (or `run`) reaps the
 /// init and deletes the container as after any other end.

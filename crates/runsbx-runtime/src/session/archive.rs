@@ -180,6 +180,7 @@ impl Sessions {
                 allow: settings.allow_hosts.clone(),
                 resolve: settings.proxy_resolve.clone(),
                 allow_addresses: settings.proxy_allow_addresses.clone(),
+                learn: None,
             }),
             profile: settings.profile.clone(),
             data_dir: self.data_dir.clone(),
