@@ -9,6 +9,11 @@
 //! answers it with EPERM, the errno the default gives: the program sees
 //! what it saw before, and the caller learns what was blocked.
 //!
+//! With a listener, [`OBSERVED`] syscalls, which the allowlist allows, are
+//! sent to runsbx too, which reads where they go and lets each continue
+//! unchanged: that is how a call's result can explain a connect that the
+//! sandbox's own network refuses (its `hints`).
+//!
 //! `bundles/seccomp/default.json` is generated from this file by
 //! [`allowlist_json`]: the test `seccomp_json_is_current` (harden/tests.rs)
 //! fails when the checked-in copy is stale, and
@@ -239,13 +244,19 @@ pub fn reporting(listener: &Path) -> Result<LinuxSeccomp, PolicyError> {
 
 /// An exec'd process installs the container's filter itself, where no
 /// listener would get its notification fd: the same filter, each
-/// reported denial answered with EPERM by the filter, as without one.
+/// reported denial answered with EPERM by the filter, and each
+/// [`OBSERVED`] syscall allowed by it, as without one.
 pub fn unreported(seccomp: &LinuxSeccomp) -> LinuxSeccomp {
     let mut seccomp = seccomp.clone();
     seccomp.set_listener_path(None);
     let mut rules = seccomp.syscalls().clone().unwrap_or_default();
     for rule in &mut rules {
-        if rule.action() == LinuxSeccompAction::ScmpActNotify {
+        if rule.action() != LinuxSeccompAction::ScmpActNotify {
+            continue;
+        }
+        if is_observed(rule) {
+            rule.set_action(LinuxSeccompAction::ScmpActAllow);
+        } else {
             rule.set_action(LinuxSeccompAction::ScmpActErrno);
             rule.set_errno_ret(Some(EPERM));
         }
@@ -255,6 +266,17 @@ pub fn unreported(seccomp: &LinuxSeccomp) -> LinuxSeccomp {
 }
 
 const EPERM: u32 = 1;
+
+/// Allowed syscalls that a reporting filter sends to the listener first,
+/// which reads their arguments and answers with
+/// SECCOMP_USER_NOTIF_FLAG_CONTINUE: the kernel then runs each exactly as
+/// the allowing rule would. The listener decides nothing (what it reads
+/// may change before the kernel acts, which is why it never decides; it
+/// only explains).
+///
+/// - `connect`: a refused connect (nothing listens on the sandbox's own
+///   loopback, no route out of it) is explained in the call's `hints`.
+pub const OBSERVED: &[&str] = &["connect"];
 
 /// The rules that report what the allowlist denies: each syscall it never
 /// allows, and the arguments its conditional rules refuse, exactly (each
@@ -296,10 +318,24 @@ fn reported() -> Result<Vec<LinuxSyscall>, PolicyError> {
     Ok(rules)
 }
 
+/// The rule that sends the [`OBSERVED`] syscalls to the listener: no
+/// condition, exactly those names.
+fn is_observed(rule: &LinuxSyscall) -> bool {
+    rule.args().as_ref().is_none_or(Vec::is_empty)
+        && !rule.names().is_empty()
+        && rule.names().iter().all(|n| OBSERVED.contains(&n.as_str()))
+}
+
 fn filter(listener: Option<&Path>) -> Result<LinuxSeccomp, PolicyError> {
     let mut rules = Vec::new();
     for (_, names) in ALLOWED {
-        rules.push(syscall(names, LinuxSeccompAction::ScmpActAllow)?);
+        // With a listener, the observed ones get their own rule, below.
+        let names: Vec<&str> = names
+            .iter()
+            .copied()
+            .filter(|n| listener.is_none() || !OBSERVED.contains(n))
+            .collect();
+        rules.push(syscall(&names, LinuxSeccompAction::ScmpActAllow)?);
     }
     for (_, names) in ENOSYS {
         let mut rule = syscall(names, LinuxSeccompAction::ScmpActErrno)?;
@@ -358,6 +394,7 @@ fn filter(listener: Option<&Path>) -> Result<LinuxSeccomp, PolicyError> {
         None,
     )?);
     if listener.is_some() {
+        rules.push(syscall(OBSERVED, LinuxSeccompAction::ScmpActNotify)?);
         rules.extend(reported()?);
     }
     let mut seccomp = LinuxSeccompBuilder::default()
@@ -555,7 +592,24 @@ mod tests {
             reporting.syscalls().clone().unwrap_or_default(),
             plain.syscalls().clone().unwrap_or_default(),
         );
-        assert_eq!(rules[..plain_rules.len()], plain_rules[..]);
+        // The same rules first, but for the observed syscalls, which get
+        // their own notifying rule.
+        let without_observed: Vec<LinuxSyscall> = plain_rules
+            .iter()
+            .map(|rule| {
+                let mut rule = rule.clone();
+                let names = rule.names().clone();
+                rule.set_names(
+                    names
+                        .into_iter()
+                        .filter(|n| !OBSERVED.contains(&n.as_str()))
+                        .collect(),
+                );
+                rule
+            })
+            .collect();
+        assert_eq!(rules[..plain_rules.len()], without_observed[..]);
+        assert!(is_observed(&rules[plain_rules.len()]));
         for rule in &rules[plain_rules.len()..] {
             assert_eq!(rule.action(), LinuxSeccompAction::ScmpActNotify);
             assert!(
@@ -577,14 +631,19 @@ mod tests {
             ("ptrace", &[0]),
             ("read", &[0]),
             ("clone3", &[0]),
+            ("connect", &[0, 3]),
         ];
         for (name, values) in probes {
             for value in *values {
                 let before = decide(&plain, name, *value);
                 let after = decide(&reporting, name, *value);
-                // An allowed call stays allowed, a fallback stays one, and
-                // each denial is reported.
+                // An allowed call stays allowed (an observed one is seen
+                // first, and continues), a fallback stays one, and each
+                // denial is reported.
                 match before {
+                    LinuxSeccompAction::ScmpActAllow if OBSERVED.contains(name) => {
+                        assert_eq!(after, notify, "{name}({value:#x})")
+                    }
                     LinuxSeccompAction::ScmpActAllow => {
                         assert_eq!(after, allow, "{name}({value:#x})")
                     }
@@ -607,6 +666,10 @@ mod tests {
         }
         assert_eq!(decide(&copy, "mount", 0), LinuxSeccompAction::ScmpActErrno);
         assert_eq!(decide(&copy, "read", 0), LinuxSeccompAction::ScmpActAllow);
+        // What the listener would let continue, the copy allows.
+        for name in OBSERVED {
+            assert_eq!(decide(&copy, name, 0), LinuxSeccompAction::ScmpActAllow);
+        }
         Ok(())
     }
 
