@@ -101,6 +101,9 @@ pub(crate) struct Built {
     pub id_range: Option<runsbx_policy::IdRange>,
     /// With TLS inspection: the trust bundle bound into the sandbox.
     pub trust_bundle: Option<PathBuf>,
+    /// With a seccomp listener and a network namespace of its own: a
+    /// sock_diag socket made inside it, for the listener's hints.
+    pub sock_diag: Option<std::os::fd::OwnedFd>,
 }
 
 /// Creates container `id`: its namespaces and root exist, its process waits
@@ -259,15 +262,17 @@ fn build_from(
         Some(runsbx_policy::Learn::Dir(dir)) => Some(dir.join(format!("{id}.json"))),
         _ => None,
     };
+    let (proxy, sock_diag) = network_up(
+        init,
+        &spec,
+        hardened.egress.as_ref(),
+        inspection,
+        req.secrets,
+        req.seccomp_listener.is_some(),
+    )?;
     let duties = Duties {
         learn,
-        proxy: network_up(
-            init,
-            &spec,
-            hardened.egress.as_ref(),
-            inspection,
-            req.secrets,
-        )?,
+        proxy,
         deadline: hardened.deadline,
     };
     // Inside runsbx's own user namespace the creator looks like root.
@@ -291,6 +296,7 @@ fn build_from(
         resources_dropped,
         id_range: range,
         trust_bundle,
+        sock_diag,
     })
 }
 
@@ -439,28 +445,30 @@ fn fill_tmpfs(container: &Container, spec: &Spec, dests: &[PathBuf]) -> Result<(
     copyup::copy_up(init_pid(container)?, has_userns(spec), &rootfs, dests)
 }
 
-/// In a new network namespace: `lo` up, and the egress proxy's listening
+/// In a new network namespace: `lo` up, the egress proxy's listening
 /// socket made inside it for the supervisor (a pod's other containers
-/// share this one's network namespace and its proxy).
+/// share this one's network namespace and its proxy), and with `sock_diag`
+/// (a call's seccomp listener) a sock_diag socket for its hints.
 fn network_up(
     init: nix::unistd::Pid,
     spec: &Spec,
     egress: Option<&runsbx_policy::EgressPlan>,
     inspection: Option<egress::Inspection>,
     secrets: &[runsbx_proxy::Secret],
-) -> Result<Option<(std::net::TcpListener, runsbx_proxy::ProxyConfig)>> {
+    sock_diag: bool,
+) -> Result<(Option<supervisor::Proxy>, Option<std::os::fd::OwnedFd>)> {
     if !creates_netns(spec) {
-        return Ok(None);
+        return Ok((None, None));
     }
-    let own_userns = has_userns(spec);
-    netns::loopback_up(init, own_userns)?;
-    let Some(plan) = egress else {
-        return Ok(None);
+    let port = egress.map(|_| egress::PROXY_PORT);
+    let inside = netns::network_up(init, has_userns(spec), port, sock_diag)?;
+    let proxy = match (egress, inside.proxy) {
+        (Some(plan), Some(listener)) => {
+            Some((listener, egress::proxy_config(plan, inspection, secrets)?))
+        }
+        _ => None,
     };
-    Ok(Some((
-        netns::listen_in(init, own_userns, egress::PROXY_PORT)?,
-        egress::proxy_config(plan, inspection, secrets)?,
-    )))
+    Ok((proxy, inside.sock_diag))
 }
 
 /// Gives a spec without a cgroup path runsbx's (libcontainer's own default

@@ -32,12 +32,15 @@ const ENDED_FILE: &str = "runsbx-ended";
 /// Why runsbx ended a container, for `runsbx state` and `run`.
 pub const TIMED_OUT: &str = "timed_out";
 
+/// The egress proxy's listening socket, made in the sandbox's network
+/// namespace, and what it is to serve.
+pub(crate) type Proxy = (std::net::TcpListener, runsbx_proxy::ProxyConfig);
+
 /// What one container's supervisor does.
 #[derive(Default)]
 pub(crate) struct Duties {
-    /// The egress proxy: its socket, made in the sandbox's network
-    /// namespace, and its configuration.
-    pub proxy: Option<(std::net::TcpListener, runsbx_proxy::ProxyConfig)>,
+    /// The egress proxy.
+    pub proxy: Option<Proxy>,
     /// How long the sandbox may live, from now.
     pub deadline: Option<Duration>,
     /// Learn mode: where the proxy's record goes when the container ends
@@ -64,7 +67,7 @@ fn serve(
     root: &StateRoot,
     id: &str,
     pidfd: OwnedFd,
-    proxy: Option<(std::net::TcpListener, runsbx_proxy::ProxyConfig)>,
+    proxy: Option<Proxy>,
     deadline: Option<Instant>,
     learn: Option<PathBuf>,
 ) -> i32 {

@@ -15,5 +15,6 @@ pub mod privilege;
 pub mod procs;
 pub mod rtnl;
 pub mod signal;
+pub mod sock_diag;
 pub mod stage;
 pub mod userns;

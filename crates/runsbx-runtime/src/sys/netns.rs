@@ -6,7 +6,10 @@
 //! helper forked from runsbx enters the container's user namespace (when it
 //! has its own: that is what gives a rootless caller CAP_NET_ADMIN over the
 //! network namespace) and then its network namespace, and sets `lo` up.
-//! Nothing runs inside the container for this.
+//! In the same helper it makes the sockets runsbx serves from the host
+//! side: the egress proxy's listener, and for a call a sock_diag socket
+//! (what listens inside, for the result's hints). Nothing runs inside the
+//! container for this.
 //!
 //! The same helper holds the namespace to runsbx's promise when a process
 //! is about to run in it (`start`, `exec`): an engine that was told the
@@ -24,10 +27,129 @@ use nix::unistd::Pid;
 
 use crate::error::{Result, RuntimeError};
 
+/// What [`network_up`] made inside a network namespace, for runsbx to
+/// serve from the host side.
+#[derive(Debug, Default)]
+pub struct Inside {
+    /// A TCP socket listening on 127.0.0.1:`port` (the egress proxy's).
+    pub proxy: Option<std::net::TcpListener>,
+    /// A sock_diag netlink socket (see sock_diag.rs): what listens in the
+    /// namespace, for the seccomp listener's hints.
+    pub sock_diag: Option<OwnedFd>,
+}
+
 /// Sets `lo` up in the network namespace of process `pid`, joining its
-/// user namespace first when `own_userns` (the spec gave it one).
-pub fn loopback_up(pid: Pid, own_userns: bool) -> Result<()> {
-    in_namespaces_of(pid, own_userns, "bring up `lo`", &|_| set_lo_up()).map(drop)
+/// user namespace first when `own_userns` (the spec gave it one); in the
+/// same helper, makes the sockets asked for inside it and passes them back
+/// over a socketpair (SCM_RIGHTS). Nothing stays inside the sandbox but
+/// the sockets.
+pub fn network_up(
+    pid: Pid,
+    own_userns: bool,
+    proxy_port: Option<u16>,
+    sock_diag: bool,
+) -> Result<Inside> {
+    use nix::sys::socket::{
+        recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
+        SockFlag, SockType,
+    };
+    use std::os::fd::AsRawFd;
+    let ctx = |step: &str| format!("set up the network of the sandbox of pid {pid}: {step}");
+    let (ours, theirs) = socketpair(
+        AddressFamily::Unix,
+        SockType::Datagram,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+    )
+    .map_err(|e| RuntimeError::sys(ctx("socketpair"), e))?;
+    let make = |out: &mut std::fs::File| -> i32 {
+        use std::io::Write;
+        let errno = set_lo_up();
+        if errno != 0 {
+            let _ = out.write_all(b"bring up `lo`");
+            return errno;
+        }
+        let mut fds = Vec::new();
+        // Each socket's tag, in the order of `fds`.
+        let mut tags = Vec::new();
+        let listener;
+        if let Some(port) = proxy_port {
+            listener = match std::net::TcpListener::bind(("127.0.0.1", port)) {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = write!(out, "listen on 127.0.0.1:{port} for the egress proxy");
+                    return e.raw_os_error().unwrap_or(libc::EIO);
+                }
+            };
+            fds.push(listener.as_raw_fd());
+            tags.push(b'L');
+        }
+        let diag;
+        if sock_diag {
+            diag = match crate::sys::sock_diag::socket() {
+                Ok(s) => s,
+                Err(e) => {
+                    let _ = out.write_all(b"make a sock_diag socket");
+                    return e.raw_os_error().unwrap_or(libc::EIO);
+                }
+            };
+            fds.push(diag.as_raw_fd());
+            tags.push(b'D');
+        }
+        if fds.is_empty() {
+            return 0;
+        }
+        let cmsg = [ControlMessage::ScmRights(&fds)];
+        let iov = [std::io::IoSlice::new(&tags)];
+        match sendmsg::<()>(theirs.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None) {
+            Ok(_) => 0,
+            Err(e) => {
+                let _ = out.write_all(b"pass the sockets back");
+                e as i32
+            }
+        }
+    };
+    in_namespaces_of(pid, own_userns, "set up the network", &make)?;
+    drop(theirs);
+    let mut inside = Inside::default();
+    if proxy_port.is_none() && !sock_diag {
+        return Ok(inside);
+    }
+    let mut tags = [0u8; 2];
+    let mut iov = [std::io::IoSliceMut::new(&mut tags)];
+    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 2]);
+    let msg = recvmsg::<()>(
+        ours.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+    )
+    .map_err(|e| RuntimeError::sys(ctx("recvmsg"), e))?;
+    let mut received = Vec::new();
+    for cmsg in msg
+        .cmsgs()
+        .map_err(|e| RuntimeError::sys(ctx("cmsgs"), e))?
+    {
+        if let ControlMessageOwned::ScmRights(fds) = cmsg {
+            // SAFETY: the kernel just installed these fds in our table.
+            received.extend(
+                fds.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
+        }
+    }
+    let count = msg.bytes;
+    for (tag, fd) in tags[..count].iter().zip(received) {
+        match tag {
+            b'L' => inside.proxy = Some(std::net::TcpListener::from(fd)),
+            b'D' => inside.sock_diag = Some(fd),
+            _ => {}
+        }
+    }
+    if proxy_port.is_some() && inside.proxy.is_none() || sock_diag && inside.sock_diag.is_none() {
+        return Err(RuntimeError::invalid(ctx("helper"), "sent no socket"));
+    }
+    Ok(inside)
 }
 
 /// Removes from the network namespace of `pid` every interface but `lo`
@@ -95,71 +217,6 @@ fn only_loopback() -> std::result::Result<Vec<String>, (i32, String)> {
         ));
     }
     Ok(removed)
-}
-
-/// A TCP socket listening on 127.0.0.1:`port` inside the network namespace
-/// of process `pid`, served from the host side (the egress proxy). The
-/// helper that made it passes it back over a socketpair (SCM_RIGHTS);
-/// nothing stays inside the sandbox but the socket.
-pub fn listen_in(pid: Pid, own_userns: bool, port: u16) -> Result<std::net::TcpListener> {
-    use nix::sys::socket::{
-        recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
-        SockFlag, SockType,
-    };
-    use std::os::fd::AsRawFd;
-    let ctx =
-        |step: &str| format!("listen on 127.0.0.1:{port} in the sandbox of pid {pid}: {step}");
-    let (ours, theirs) = socketpair(
-        AddressFamily::Unix,
-        SockType::Datagram,
-        None,
-        SockFlag::SOCK_CLOEXEC,
-    )
-    .map_err(|e| RuntimeError::sys(ctx("socketpair"), e))?;
-    let send = || -> i32 {
-        let listener = match std::net::TcpListener::bind(("127.0.0.1", port)) {
-            Ok(l) => l,
-            Err(e) => return e.raw_os_error().unwrap_or(libc::EIO),
-        };
-        let fds = [listener.as_raw_fd()];
-        let cmsg = [ControlMessage::ScmRights(&fds)];
-        let iov = [std::io::IoSlice::new(b"L")];
-        match sendmsg::<()>(theirs.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None) {
-            Ok(_) => 0,
-            Err(e) => e as i32,
-        }
-    };
-    in_namespaces_of(
-        pid,
-        own_userns,
-        "make the proxy's listening socket",
-        &|_| send(),
-    )?;
-    drop(theirs);
-    let mut buf = [0u8; 1];
-    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
-    let mut space = nix::cmsg_space!([std::os::fd::RawFd; 1]);
-    let msg = recvmsg::<()>(
-        ours.as_raw_fd(),
-        &mut iov,
-        Some(&mut space),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-    )
-    .map_err(|e| RuntimeError::sys(ctx("recvmsg"), e))?;
-    for cmsg in msg
-        .cmsgs()
-        .map_err(|e| RuntimeError::sys(ctx("cmsgs"), e))?
-    {
-        if let ControlMessageOwned::ScmRights(fds) = cmsg {
-            if let Some(fd) = fds.first() {
-                // SAFETY: the kernel just installed this fd in our table.
-                return Ok(std::net::TcpListener::from(unsafe {
-                    OwnedFd::from_raw_fd(*fd)
-                }));
-            }
-        }
-    }
-    Err(RuntimeError::invalid(ctx("helper"), "sent no socket"))
 }
 
 /// Runs `f` in a child process that has joined the network namespace of
