@@ -184,6 +184,34 @@ class Seccomp:
 
 
 @dataclass(frozen=True)
+class Hint:
+    """A connect the sandbox's own network refused, explained.
+
+    ``kind`` is ``"loopback_is_own"`` (nothing listens on that port inside
+    the sandbox; the host's loopback is not its own), ``"no_route"`` (its
+    only network is its loopback) or ``"no_dns"`` (either, to port 53).
+    """
+
+    kind: str
+    destination: str
+    protocol: str
+    errno: str
+    process: str
+    count: int
+    message: str
+
+
+@dataclass(frozen=True)
+class Hints:
+    """The ``hints`` part of a result: refused connects (distinct
+    destination and process, the first kept) and how many more were only
+    counted."""
+
+    connects: Tuple[Hint, ...]
+    dropped: int
+
+
+@dataclass(frozen=True)
 class ProxyStats:
     """The egress proxy's counters for the call."""
 
@@ -303,6 +331,8 @@ class CallResult:
         egress: The egress proxy's report; ``None`` without egress.
         seccomp: The syscalls the sandbox was refused; ``None`` when the
             call had no listener for them.
+        hints: The connects the sandbox's network refused, each with the
+            reason; ``None`` when the call had no listener for them.
         attestation: The isolation layers in force; ``None`` when the
             sandbox was not made.
         error: Why the command did not run; ``None`` when it did.
@@ -330,6 +360,7 @@ class CallResult:
     session: Optional[CallSession]
     raw: Mapping[str, Any] = field(repr=False, compare=False)
     seccomp: Optional[Seccomp] = None
+    hints: Optional[Hints] = None
 
     @property
     def ok(self) -> bool:
@@ -656,6 +687,27 @@ def parse_result(obj: Any, output_dir: Optional[str] = None) -> CallResult:
         session=_parse_call_session(_obj(obj, "session")),
         raw=obj,
         seccomp=_parse_seccomp(_obj(obj, "seccomp")),
+        hints=_parse_hints(_obj(obj, "hints")),
+    )
+
+
+def _parse_hints(obj: Optional[Mapping[str, Any]]) -> Optional[Hints]:
+    if obj is None:
+        return None
+    return Hints(
+        connects=tuple(
+            Hint(
+                kind=_str(h, "kind"),
+                destination=_str(h, "destination"),
+                protocol=_str(h, "protocol"),
+                errno=_str(h, "errno"),
+                process=_str(h, "process"),
+                count=_int(h, "count"),
+                message=_str(h, "message"),
+            )
+            for h in _dicts(obj, "connects") or ()
+        ),
+        dropped=_int(obj, "dropped"),
     )
 
 

@@ -211,7 +211,8 @@ fn run(
     // Its thread too starts only now. Until it runs, libcontainer's
     // connection waits in the socket, and a denied syscall of the init
     // waits for its answer (the init makes none before its command).
-    let seccomp = listener.map(|l| l.serve(id)).transpose()?;
+    let sock_diag = sandbox.built.sock_diag.take();
+    let seccomp = listener.map(|l| l.serve(id, sock_diag)).transpose()?;
     result.attestation = Some(sandbox.start()?);
     // The policy's deadline: the call's --timeout, which the profile may
     // refuse but not lengthen.
@@ -236,7 +237,10 @@ fn run(
 
     // Once the sandbox's processes are gone (or the deadline passed: then
     // those still waiting get ENOSYS, and the teardown kills them).
-    result.seccomp = seccomp.map(seccomp_events::Serving::finish);
+    if let Some(seen) = seccomp.map(seccomp_events::Serving::finish) {
+        result.seccomp = Some(seen.denials.report());
+        result.hints = Some(seen.connects.hints(proxy.is_some()));
+    }
     if req.learn {
         result.learned = Some(LearnReport::of(proxy.as_ref(), req.egress.as_ref()));
     }

@@ -128,6 +128,9 @@ pub struct CallResult {
     /// The syscalls the seccomp filter denied, by syscall and process;
     /// `null` when the call had no listener for them.
     pub seccomp: Option<crate::sandbox::seccomp_events::SeccompReport>,
+    /// The connects the sandbox's own network refused, each explained;
+    /// `null` when the call had no listener to see them.
+    pub hints: Option<crate::sandbox::connects::Hints>,
     /// In learn mode, what went out; absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub learned: Option<LearnReport>,
@@ -209,6 +212,7 @@ impl CallResult {
             outputs: Vec::new(),
             egress: None,
             seccomp: None,
+            hints: None,
             learned: None,
             attestation: None,
             session: None,
@@ -292,6 +296,7 @@ mod tests {
             outputs: vec![],
             egress: None,
             seccomp: None,
+            hints: None,
             learned: None,
             attestation: None,
             session: None,

@@ -4,6 +4,7 @@
 //! namespace joins, the engine's own bind sources (init, volumes), its teardown, and the /workspace a call or session
 //! works in, and the listener a call's seccomp denials are reported to.
 
+pub mod connects;
 pub mod egress;
 pub(crate) mod engine_binds;
 pub(crate) mod exec_guard;

@@ -10,8 +10,12 @@
 //! denial it saw without a listener. Each is recorded, bounded
 //! ([`Denials`]), for the call's result and the log.
 //!
+//! The same thread sees each `connect` (runsbx-policy's
+//! `seccomp::OBSERVED`), lets it continue unchanged, and keeps those the
+//! sandbox's network will refuse for the result's hints (see connects.rs).
+//!
 //! If runsbx is gone, the kernel fails a notifying syscall with ENOSYS:
-//! still a denial.
+//! still a denial (and a connect fails: the sandbox ends with runsbx).
 
 use std::collections::HashMap;
 use std::io::IoSliceMut;
@@ -26,6 +30,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
 use serde::Serialize;
 
+use super::connects::{self, Connects};
 use crate::error::{Result, RuntimeError};
 
 /// The most distinct (syscall, process) pairs a result lists.
@@ -133,7 +138,9 @@ impl Listener {
     /// Serves the sandbox's notifications from a thread, until
     /// [`Serving::finish`]. Call it once the sandbox is built (after every
     /// fork); what libcontainer sent meanwhile waits in the socket.
-    pub fn serve(self, id: &str) -> Result<Serving> {
+    /// `sock_diag`, a sock_diag socket in the sandbox's network namespace,
+    /// tells which of its loopback ports are taken (for the hints).
+    pub fn serve(self, id: &str, sock_diag: Option<OwnedFd>) -> Result<Serving> {
         let (stop_r, stop_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
             .map_err(|e| RuntimeError::sys("pipe2 for the seccomp listener", e))?;
         let id = id.to_owned();
@@ -143,7 +150,7 @@ impl Listener {
             .map_err(|e| RuntimeError::io("dup the seccomp listener", e))?;
         let thread = std::thread::Builder::new()
             .name("runsbx-seccomp".to_owned())
-            .spawn(move || serve(&id, &sock, &stop_r))
+            .spawn(move || serve(&id, &sock, &stop_r, sock_diag.as_ref()))
             .map_err(|e| RuntimeError::io("start the seccomp listener's thread", e))?;
         Ok(Serving {
             listener: self,
@@ -159,20 +166,27 @@ impl Drop for Listener {
     }
 }
 
+/// What the listener's thread saw.
+#[derive(Debug, Default)]
+pub(crate) struct Seen {
+    pub denials: Denials,
+    pub connects: Connects,
+}
+
 /// The listener's thread; stopped (and the socket removed) when dropped.
 pub(crate) struct Serving {
     listener: Listener,
     stop: Option<OwnedFd>,
-    thread: Option<JoinHandle<Denials>>,
+    thread: Option<JoinHandle<Seen>>,
 }
 
 impl Serving {
-    /// Stops the thread once it has answered what is pending; the denials.
-    pub fn finish(mut self) -> SeccompReport {
-        self.stop_thread().map(Denials::report).unwrap_or_default()
+    /// Stops the thread once it has answered what is pending; what it saw.
+    pub fn finish(mut self) -> Seen {
+        self.stop_thread().unwrap_or_default()
     }
 
-    fn stop_thread(&mut self) -> Option<Denials> {
+    fn stop_thread(&mut self) -> Option<Seen> {
         if let Some(stop) = self.stop.take() {
             let _ = nix::unistd::write(&stop, b"s");
         }
@@ -196,8 +210,8 @@ impl Drop for Serving {
 /// The thread: accepts libcontainer's connections, takes the fd each
 /// brings, answers every notification, until `stop` is readable; then
 /// answers what is still pending and returns.
-fn serve(id: &str, sock: &UnixListener, stop: &OwnedFd) -> Denials {
-    let mut denials = Denials::default();
+fn serve(id: &str, sock: &UnixListener, stop: &OwnedFd, sock_diag: Option<&OwnedFd>) -> Seen {
+    let mut seen = Seen::default();
     let mut fds: Vec<OwnedFd> = Vec::new();
     loop {
         let mut polled: Vec<PollFd> = [stop.as_fd(), sock.as_fd()]
@@ -224,7 +238,7 @@ fn serve(id: &str, sock: &UnixListener, stop: &OwnedFd) -> Denials {
         let mut gone = Vec::new();
         for (i, flags) in ready[2..].iter().enumerate() {
             if flags.contains(PollFlags::POLLIN) {
-                answer(id, fds[i].as_raw_fd(), &mut denials);
+                answer(id, fds[i].as_raw_fd(), sock_diag, &mut seen);
             } else if flags
                 .intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL)
             {
@@ -236,15 +250,15 @@ fn serve(id: &str, sock: &UnixListener, stop: &OwnedFd) -> Denials {
             fds.remove(i);
         }
         if stopping {
-            drain(id, &fds, &mut denials);
+            drain(id, &fds, sock_diag, &mut seen);
             break;
         }
     }
-    denials
+    seen
 }
 
 /// Answers what is pending now, without waiting.
-fn drain(id: &str, fds: &[OwnedFd], denials: &mut Denials) {
+fn drain(id: &str, fds: &[OwnedFd], sock_diag: Option<&OwnedFd>, seen: &mut Seen) {
     loop {
         let mut polled: Vec<PollFd> = fds
             .iter()
@@ -262,7 +276,7 @@ fn drain(id: &str, fds: &[OwnedFd], denials: &mut Denials) {
         }
         for (fd, ready) in fds.iter().zip(ready) {
             if ready {
-                answer(id, fd.as_raw_fd(), denials);
+                answer(id, fd.as_raw_fd(), sock_diag, seen);
             }
         }
     }
@@ -305,8 +319,9 @@ fn accept(id: &str, sock: &UnixListener, fds: &mut Vec<OwnedFd>) {
     }
 }
 
-/// Receives one notification, records it and answers EPERM.
-fn answer(id: &str, fd: RawFd, denials: &mut Denials) {
+/// Receives one notification and answers it: a denial is recorded and
+/// answered with EPERM, an observed syscall is read and continues.
+fn answer(id: &str, fd: RawFd, sock_diag: Option<&OwnedFd>, seen: &mut Seen) {
     // ENOENT: the process went away (killed) before it was received.
     let Ok(req) = ScmpNotifReq::receive(fd) else {
         return;
@@ -316,16 +331,19 @@ fn answer(id: &str, fd: RawFd, denials: &mut Denials) {
     let comm = std::fs::read_to_string(format!("/proc/{}/comm", req.pid))
         .map(|s| s.trim_end().to_owned())
         .unwrap_or_default();
-    // Still waiting: then the pid was that process's when comm was read.
-    let process = match notify_id_valid(fd, req.id) {
-        Ok(()) if !comm.is_empty() => comm,
-        _ => "?".to_owned(),
-    };
     let syscall = req
         .data
         .syscall
         .get_name_by_arch(req.data.arch)
         .unwrap_or_else(|_| format!("#{}", req.data.syscall.as_raw_syscall()));
+    if runsbx_policy::seccomp::OBSERVED.contains(&syscall.as_str()) {
+        return observe(id, fd, &req, comm, sock_diag, &mut seen.connects);
+    }
+    // Still waiting: then the pid was that process's when comm was read.
+    let process = match notify_id_valid(fd, req.id) {
+        Ok(()) if !comm.is_empty() => comm,
+        _ => "?".to_owned(),
+    };
     // Always a denial, with the errno the filter's default gives; never
     // SECCOMP_USER_NOTIF_FLAG_CONTINUE.
     let resp = ScmpNotifResp::new_error(req.id, -libc::EPERM, ScmpNotifRespFlags::empty());
@@ -333,13 +351,44 @@ fn answer(id: &str, fd: RawFd, denials: &mut Denials) {
         // The process is gone (ENOENT), or its syscall was interrupted.
         tracing::debug!(id, "seccomp listener: answer {syscall}: {e}");
     }
-    if denials.record(&syscall, &process, req.data.args) {
+    if seen.denials.record(&syscall, &process, req.data.args) {
         tracing::info!(
             id,
             syscall,
             process,
             args = ?req.data.args,
             "seccomp denied {syscall} to {process} (EPERM)"
+        );
+    }
+}
+
+/// A connect, which the allowlist allows: read where it goes, then let it
+/// continue whatever was read (see connects.rs).
+fn observe(
+    id: &str,
+    fd: RawFd,
+    req: &ScmpNotifReq,
+    comm: String,
+    sock_diag: Option<&OwnedFd>,
+    connects: &mut Connects,
+) {
+    let refused = connects::observe(req.pid, req.data.args, comm, sock_diag);
+    // Still waiting: then everything read was that process's.
+    let valid = notify_id_valid(fd, req.id).is_ok();
+    let resp = ScmpNotifResp::new_continue(req.id, ScmpNotifRespFlags::empty());
+    if let Err(e) = resp.respond(fd) {
+        tracing::debug!(id, "seccomp listener: let connect continue: {e}");
+    }
+    let Some(refused) = refused.filter(|_| valid) else {
+        return;
+    };
+    let (to, process) = (refused.destination, refused.process.clone());
+    if connects.record(refused) {
+        tracing::info!(
+            id,
+            %to,
+            process,
+            "the sandbox's network refuses {process}'s connect to {to}"
         );
     }
 }
@@ -383,8 +432,8 @@ mod tests {
         let path = listener.path().to_owned();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        let serving = listener.serve("t").unwrap();
-        assert_eq!(serving.finish(), SeccompReport::default());
+        let serving = listener.serve("t", None).unwrap();
+        assert_eq!(serving.finish().denials.report(), SeccompReport::default());
         assert!(!path.exists());
     }
 }
