@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import os
 import pathlib
+import socket
 import tempfile
 import threading
 import unittest
@@ -223,6 +224,25 @@ class RunTest(RunsbxTestCase):
         clean = runsbx.run(["true"], rootfs=self.rootfs)
         assert clean.seccomp is not None
         self.assertEqual(clean.seccomp.denied, ())
+        assert clean.hints is not None
+        self.assertEqual(clean.hints.connects, ())
+
+    def test_refused_connect_hint(self) -> None:
+        # The host's loopback is not the sandbox's: a connect there is
+        # refused, and the result says why.
+        with socket.socket() as api:
+            api.bind(("127.0.0.1", 0))
+            api.listen()
+            port = api.getsockname()[1]
+            r = runsbx.run(["sh", "-c", f"nc 127.0.0.1 {port} </dev/null; echo $?"], rootfs=self.rootfs)
+        self.assertEqual(r.stdout_text, "1\n", r)
+        assert r.hints is not None
+        self.assertEqual(
+            [(h.kind, h.destination, h.protocol, h.errno, h.process, h.count) for h in r.hints.connects],
+            [("loopback_is_own", f"127.0.0.1:{port}", "tcp", "ECONNREFUSED", "nc", 1)],
+            r.hints,
+        )
+        self.assertIn("host's loopback", r.hints.connects[0].message)
 
 
 class ProxyOptionsTest(RunsbxTestCase):

@@ -218,19 +218,20 @@ fn a_sandbox_runs_one_call(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, a_sandbox_runs_one_call: once_as_root, once_rootless);
 
-/// A pooled call's seccomp denials are reported in its own result, and
-/// only in its own: the next pooled call, in the next sandbox, has none.
+/// A pooled call's seccomp denials and hints are reported in its own
+/// result, and only in its own: the next pooled call, in the next sandbox,
+/// has none.
 fn pooled_calls_report_their_seccomp_denials(fx: Fixture) {
     let rootfs = rootfs_arg();
     let mut pool = Serve::start(&fx, 1);
     let r = pool.call(&sh_args(
         &rootfs,
         &[],
-        "mount -t tmpfs none /tmp; echo rc=$?",
+        "mount -t tmpfs none /tmp; echo rc=$?; nc 127.0.0.1 9 </dev/null; echo nc=$?",
     ));
     assert_eq!(r["warm"], true, "{r}");
     // EPERM, as without the report: busybox says "permission denied".
-    assert_eq!(r["result"]["stdout"]["data"], "rc=1\n", "{r}");
+    assert_eq!(r["result"]["stdout"]["data"], "rc=1\nnc=1\n", "{r}");
     let stderr = r["result"]["stderr"]["data"].as_str().unwrap();
     assert!(stderr.contains("permission denied"), "{r}");
     let denied: Vec<(String, String)> = r["result"]["seccomp"]["denied"]
@@ -248,9 +249,21 @@ fn pooled_calls_report_their_seccomp_denials(fx: Fixture) {
         denied.contains(&("mount".to_owned(), "mount".to_owned())),
         "{r}"
     );
+    // The refused connect is explained, as in a cold call.
+    let hint = &r["result"]["hints"]["connects"][0];
+    assert_eq!(
+        (&hint["kind"], &hint["destination"], &hint["process"]),
+        (
+            &json!("loopback_is_own"),
+            &json!("127.0.0.1:9"),
+            &json!("nc")
+        ),
+        "{r}"
+    );
     let r = pool.call(&sh_args(&rootfs, &[], "true"));
     assert_eq!(r["warm"], true, "{r}");
     assert_eq!(r["result"]["seccomp"]["denied"], json!([]), "{r}");
+    assert_eq!(r["result"]["hints"]["connects"], json!([]), "{r}");
     pool.close();
     fx.assert_clean();
 }

@@ -88,3 +88,138 @@ fn a_call_without_denials_reports_none(fx: Fixture) {
     fx.assert_clean();
 }
 as_root_and_rootless!(RUNSBX, a_call_without_denials_reports_none: none_as_root, none_rootless);
+
+/// Connects, and what the program got (`tcp|udp HOST PORT ok|ERRNO`).
+const CONNECTS: &str = r#"
+import errno, socket, sys
+def connect(kind, host, port):
+    s = socket.socket(socket.AF_INET, kind)
+    name = "tcp" if kind == socket.SOCK_STREAM else "udp"
+    try:
+        s.connect((host, port))
+        print(name, host, port, "ok", flush=True)
+    except OSError as e:
+        print(name, host, port, errno.errorcode[e.errno], flush=True)
+own = socket.socket()
+own.bind(("127.0.0.1", 0))
+own.listen()
+connect(socket.SOCK_STREAM, "127.0.0.1", own.getsockname()[1])
+for port in sys.argv[1:]:
+    connect(socket.SOCK_STREAM, "127.0.0.1", int(port))
+connect(socket.SOCK_STREAM, "10.0.0.5", 5432)
+connect(socket.SOCK_DGRAM, "10.0.0.2", 53)
+"#;
+
+/// The (kind, destination, protocol, errno, process, count) of each hint.
+fn hints(r: &Value) -> Vec<(String, String, String, String, String, u64)> {
+    assert_eq!(r["hints"]["dropped"], 0, "{r}");
+    r["hints"]["connects"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no hints: {r}"))
+        .iter()
+        .map(|h| {
+            let s = |k: &str| {
+                h[k].as_str()
+                    .unwrap_or_else(|| panic!("{k}: {h}"))
+                    .to_owned()
+            };
+            (
+                s("kind"),
+                s("destination"),
+                s("protocol"),
+                s("errno"),
+                s("process"),
+                h["count"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+fn refused_connects_are_explained(fx: Fixture) {
+    if !kit::have_python_image() {
+        skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
+    }
+    // The agent's own API on the host's loopback: the sandbox must not
+    // reach it, and the result must say why its connect was refused.
+    let api = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    api.set_nonblocking(true).unwrap();
+    let port = api.local_addr().unwrap().port().to_string();
+    let call = |extra: &[&str], ports: &[&str]| {
+        let mut args = vec!["call", "--json", "--timeout", "60s"];
+        args.extend(extra);
+        args.extend(["--", "python3", "-c", CONNECTS]);
+        args.extend(ports);
+        let out = fx.run(args);
+        let r = out.json();
+        assert_eq!(r["exit_code"], 0, "{out:?}");
+        r
+    };
+    let r = call(&[], &[&port]);
+    let stdout = r["stdout"]["data"].as_str().unwrap();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(
+        lines[1..],
+        [
+            format!("tcp 127.0.0.1 {port} ECONNREFUSED"),
+            "tcp 10.0.0.5 5432 ENETUNREACH".to_owned(),
+            "udp 10.0.0.2 53 ENETUNREACH".to_owned(),
+        ],
+        "{r}"
+    );
+    // Its own listener took its own connect: observed, let through.
+    assert!(
+        lines[0].starts_with("tcp 127.0.0.1 ") && lines[0].ends_with(" ok"),
+        "{r}"
+    );
+    assert!(
+        matches!(api.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the host's loopback was reached from the sandbox"
+    );
+    let py = "python3".to_owned();
+    let hint = |kind: &str, to: &str, proto: &str, errno: &str| {
+        (
+            kind.to_owned(),
+            to.to_owned(),
+            proto.to_owned(),
+            errno.to_owned(),
+            py.clone(),
+            1,
+        )
+    };
+    assert_eq!(
+        hints(&r),
+        [
+            hint(
+                "loopback_is_own",
+                &format!("127.0.0.1:{port}"),
+                "tcp",
+                "ECONNREFUSED"
+            ),
+            hint("no_route", "10.0.0.5:5432", "tcp", "ENETUNREACH"),
+            hint("no_dns", "10.0.0.2:53", "udp", "ENETUNREACH"),
+        ],
+        "{r}"
+    );
+    let message = |r: &Value, i: usize| {
+        r["hints"]["connects"][i]["message"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert!(message(&r, 0).contains("host's loopback"), "{r}");
+    assert!(message(&r, 1).contains("--allow-host"), "{r}");
+    // With egress, the proxy's port inside is taken (no hint for it), and
+    // the way out the hints give is the proxy already set.
+    let r = call(&["--allow-host", "example.invalid"], &[&port, "3128"]);
+    let stdout = r["stdout"]["data"].as_str().unwrap();
+    assert!(stdout.contains("tcp 127.0.0.1 3128 ok\n"), "{r}");
+    let kinds: Vec<String> = hints(&r).into_iter().map(|h| h.0).collect();
+    assert_eq!(kinds, ["loopback_is_own", "no_route", "no_dns"], "{r}");
+    assert_eq!(
+        r["hints"]["connects"][0]["destination"],
+        format!("127.0.0.1:{port}")
+    );
+    assert!(message(&r, 1).contains("HTTPS_PROXY"), "{r}");
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, refused_connects_are_explained: hints_as_root, hints_rootless);
