@@ -163,9 +163,16 @@ fn write_learned(
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(&part)?;
-    file.write_all(&serde_json::to_vec_pretty(&record).map_err(std::io::Error::other)?)?;
-    file.sync_all()?;
-    std::fs::rename(&part, path)?;
+    let written = serde_json::to_vec_pretty(&record)
+        .map_err(std::io::Error::other)
+        .and_then(|json| file.write_all(&json))
+        .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::rename(&part, path));
+    if written.is_err() {
+        // A half-written record is no record: nothing is left behind.
+        let _ = std::fs::remove_file(&part);
+    }
+    written?;
     tracing::info!(id, "learn mode: wrote {path:?}");
     Ok(())
 }
