@@ -447,11 +447,12 @@ impl Pool {
     fn warm(self: &Arc<Self>, argv: &[Value], stdin: &Value, run: &RunningAs<'_>) -> Option<Reply> {
         let mut w = self.take()?;
         run.run_by(Some(w.child.id()));
-        let request = json!({"argv": argv, "stdin": stdin});
+        // One write: the pipe is unbuffered, and the worker would wake for
+        // each piece serde writes.
+        let mut request = json!({"argv": argv, "stdin": stdin}).to_string();
+        request.push('\n');
         let mut line = String::new();
-        let asked = serde_json::to_writer(&mut w.to, &request).is_ok()
-            && w.to.write_all(b"\n").is_ok()
-            && w.to.flush().is_ok();
+        let asked = w.to.write_all(request.as_bytes()).is_ok();
         let answered = asked && matches!(w.from.read_line(&mut line), Ok(n) if n > 0);
         // The worker is done with the request: a late cancel must not
         // reach it while it tears its sandbox down.
@@ -606,7 +607,10 @@ impl Pool {
                 return;
             }
             let now = Instant::now();
-            let paused = self.session && s.serving > 0;
+            // While a request is served and a sandbox is still ready for
+            // the next, the next sandbox waits: on a small machine its build
+            // would take the cores from the request's own processes.
+            let paused = s.serving > 0 && (self.session || !s.ready.is_empty());
             let wanted = s.ready.len() + s.starting < self.size && !paused;
             let wait = if !wanted || memory_available() < self.min_available {
                 Duration::from_secs(1)
