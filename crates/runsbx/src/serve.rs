@@ -609,7 +609,9 @@ impl Pool {
             let now = Instant::now();
             // While a request is served and a sandbox is still ready for
             // the next, the next sandbox waits: on a small machine its build
-            // would take the cores from the request's own processes.
+            // would take the cores from the request's own processes. A long
+            // request keeps the pool one short meanwhile, never empty: once
+            // the last ready sandbox is taken, the builds start.
             let paused = s.serving > 0 && (self.session || !s.ready.is_empty());
             let wanted = s.ready.len() + s.starting < self.size && !paused;
             let wait = if !wanted || memory_available() < self.min_available {
