@@ -7,11 +7,11 @@
 //! runsbx's listener (runsbx-policy's `seccomp::OBSERVED`), which reads
 //! the destination and the kind of socket from the process (it is the
 //! owner of the sandbox's user namespace, so the kernel lets it), looks at
-//! the sandbox's network namespace (its interfaces in `/proc/<pid>/net/dev`,
-//! its listening sockets through a sock_diag socket made inside it), and
-//! lets the connect continue unchanged. What it reads decides nothing: a racing
-//! thread could change the address after it was read, and the worst that
-//! does is a wrong hint.
+//! the sandbox's network namespace (its interfaces in
+//! `/proc/<pid>/net/dev`, its listening sockets through a sock_diag socket
+//! made inside it), and lets the connect continue unchanged. What it reads
+//! decides nothing: a racing thread could change the address after it was
+//! read, and the worst that does is a wrong hint.
 //!
 //! The judgement is pure ([`judge`], [`NetView`]) and unit-tested here; the
 //! reading is in [`observe`].
