@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from . import aio
 from ._binary import ENV_VAR, find_binary
-from ._call import PIPE
+from ._call import PIPE, Secret
 from ._pool import Pool
 from ._session import CallOptions
 from ._sync import CallStream, Session, run, sessions, stream
@@ -73,6 +73,8 @@ from .result import (
     Hint,
     Hints,
     Layer,
+    Learned,
+    LearnedRequest,
     Limits,
     OutputFile,
     ProxyStats,
@@ -94,6 +96,7 @@ __all__ = [
     "PIPE",
     "CallStream",
     "CallOptions",
+    "Secret",
     "find_binary",
     "ENV_VAR",
     "SCHEMA",
@@ -110,6 +113,8 @@ __all__ = [
     "SyscallDenial",
     "Hint",
     "Hints",
+    "Learned",
+    "LearnedRequest",
     "ProxyStats",
     "ErrorInfo",
     "Chunk",

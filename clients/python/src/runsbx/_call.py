@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import tempfile
+from dataclasses import dataclass
 from typing import (
     Callable,
     Dict,
@@ -176,6 +177,70 @@ def _sandbox_options(
     return opts
 
 
+@dataclass(frozen=True)
+class Secret:
+    """A credential the command may use but never see (``secrets``).
+
+    The command gets ``RUNSBX_SECRET_<NAME>``, a sentinel; runsbx's egress
+    proxy puts the value in place of it in ``header`` (default
+    ``Authorization``) of the requests to ``host`` it can read (plain
+    HTTP, or HTTPS it inspects), and refuses it sent anywhere else. The
+    value never enters the sandbox, its output or the result.
+
+    Give the value in exactly one way: ``value`` (passed to runsbx in its
+    own environment, never the sandbox's), ``file`` (a file others cannot
+    read) or ``env`` (a variable of this process's environment).
+    """
+
+    host: str
+    value: Optional[str] = None
+    file: Optional[PathArg] = None
+    env: Optional[str] = None
+    header: Optional[str] = None
+
+
+#: The variable a ``Secret(value=...)`` reaches runsbx in (its own
+#: environment), followed by the secret's name.
+SECRET_ENV_PREFIX = "RUNSBX_CLIENT_SECRET_"
+
+
+def _secret_option(name: object, secret: object, child_env: Dict[str, str]) -> str:
+    """The ``--secret`` option of one secret; a ``value`` goes into
+    ``child_env``."""
+    if not isinstance(name, str):
+        raise TypeError(f"secrets must be keyed by a name (str), not {name!r}")
+    if not isinstance(secret, Secret):
+        raise TypeError(f"secrets[{name!r}] must be a runsbx.Secret, not {type(secret).__name__}")
+    if not name or "=" in name or "," in name:
+        raise BadInput(f"secrets name {name!r}: use upper-case letters, digits and _")
+    given = [k for k in ("value", "file", "env") if getattr(secret, k) is not None]
+    if len(given) != 1:
+        raise TypeError(f"secrets[{name!r}]: give exactly one of value, file or env, not {given}")
+    if given == ["value"]:
+        value = _str(f"secrets[{name!r}].value", secret.value)
+        if not value or "\0" in value:
+            raise BadInput(f"secrets[{name!r}]: the value is empty or holds NUL")
+        var = SECRET_ENV_PREFIX + name
+        child_env[var] = value
+        source = f"env:{var}"
+    elif given == ["file"]:
+        path = os.fspath(secret.file)  # type: ignore[arg-type]
+        if not isinstance(path, str):
+            raise TypeError(f"secrets[{name!r}].file must be a str path, not bytes")
+        source = f"file:{path}"
+    else:
+        source = f"env:{_str(f'secrets[{name!r}].env', secret.env)}"
+    parts = [f"{name}={source}", f"host={_str(f'secrets[{name!r}].host', secret.host)}"]
+    if secret.header is not None:
+        parts.append(f"header={_str(f'secrets[{name!r}].header', secret.header)}")
+    for part in parts:
+        # runsbx splits the option at each ','.
+        if "," in part:
+            raise BadInput(f"secrets[{name!r}]: {part!r} holds ',', which --secret cannot carry")
+        _no_nul("secrets", part)
+    return "--secret=" + ",".join(parts)
+
+
 class Invocation:
     """One call, prepared: its command line, its stdin, its private
     directory (``files`` in, ``outputs`` out). :meth:`finish` turns what
@@ -203,10 +268,15 @@ class Invocation:
         profile: Optional[str] = None,
         max_output: Optional[Size] = None,
         session: Optional[str] = None,
+        secrets: Optional[Mapping[str, Secret]] = None,
+        learn: bool = False,
         binary: Optional[PathArg] = None,
         check: bool = False,
     ) -> None:
         self.check = check
+        #: runsbx's environment, when a secret's value travels in it
+        #: (``None``: this process's, unchanged).
+        self.child_env: Optional[Dict[str, str]] = None
         self.tmpdir: Optional[str] = None
         self.output_dir: Optional[str] = None
         self.overran = False
@@ -245,6 +315,17 @@ class Invocation:
         )
         if session is not None:
             opts.append(f"--session={_no_nul('session', _str('session', session))}")
+        if secrets is not None and not isinstance(secrets, Mapping):
+            raise TypeError(f"secrets must map a name to a runsbx.Secret, not {secrets!r}")
+        child_env: Dict[str, str] = {}
+        for name, secret in (secrets or {}).items():
+            opts.append(_secret_option(name, secret, child_env))
+        if child_env:
+            self.child_env = {**os.environ, **child_env}
+        if not isinstance(learn, bool):
+            raise TypeError(f"learn must be a bool, not {learn!r}")
+        if learn:
+            opts.append("--learn")
         if rootfs is not None:
             opts.append(f"--rootfs={_no_nul('rootfs', os.fspath(rootfs))}")
         max_kept = _size("max_output", max_output)

@@ -14,7 +14,7 @@ from typing import IO, TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Type
 
 from ._binary import PathArg, find_binary, not_runnable
 from ._call import OVERRUN_GRACE, TERM_GRACE, Command, Invocation, Size, Strings, _sandbox_options
-from .errors import ProtocolError
+from .errors import BadInput, ProtocolError
 from .result import CallResult
 
 if TYPE_CHECKING:
@@ -127,6 +127,10 @@ class Pool:
         args: Dict[str, Any] = {**self._defaults, **options}
         inv = Invocation(cmd, streaming=False, binary=self._binary, **args)
         try:
+            if inv.child_env is not None:
+                # The call runs in `runsbx serve`, whose environment was
+                # set when the pool started.
+                raise BadInput("a pool's calls take a secret from file= or env=, not value=")
             # The request is runsbx call's own arguments: `call` and after.
             argv = inv.argv[2:]
             data = None if inv.input is None else base64.b64encode(inv.input).decode("ascii")

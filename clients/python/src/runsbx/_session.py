@@ -12,7 +12,7 @@ import posixpath
 from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, TypedDict, TypeVar, Union
 
 from ._binary import PathArg
-from ._call import FileContent, Size, Stdin, Strings, _Pipe
+from ._call import FileContent, Secret, Size, Stdin, Strings, _Pipe
 from .errors import BadInput, CallError, Failure, Refused
 from .result import CallResult, SessionInfo
 
@@ -43,6 +43,8 @@ class CallOptions(TypedDict, total=False):
     pids: Optional[int]
     profile: Optional[str]
     max_output: Optional[Size]
+    secrets: Optional[Mapping[str, Secret]]
+    learn: bool
     check: bool
 
 

@@ -17,6 +17,7 @@ from ._call import (
     Command,
     FileContent,
     Invocation,
+    Secret,
     Size,
     Stdin,
     StderrTail,
@@ -60,6 +61,8 @@ def run(
     profile: Optional[str] = None,
     max_output: Optional[Size] = None,
     session: Optional[str] = None,
+    secrets: Optional[Mapping[str, Secret]] = None,
+    learn: bool = False,
     binary: Optional[PathArg] = None,
     check: bool = False,
 ) -> CallResult:
@@ -106,6 +109,14 @@ def run(
         session: Run in this persistent session (see :class:`Session`):
             its /workspace and what the command writes outside /tmp
             persist between calls; its limits are the defaults.
+        secrets: Credentials the command may use but never see: name ->
+            :class:`Secret` (the host it goes to, and its value). The
+            command gets ``RUNSBX_SECRET_<NAME>``, a sentinel the egress
+            proxy replaces in requests to that host; the host must be
+            allowed (``allow_hosts`` or ``allow``).
+        learn: Learn mode: the result's :attr:`CallResult.learned` lists
+            every request the egress proxy let through, for
+            ``runsbx profile suggest``; it allows nothing more.
         binary: The runsbx binary (default: ``$RUNSBX_BIN``, else
             ``runsbx`` on ``PATH``).
         check: Raise :class:`~runsbx.TimedOut` on a timeout and
@@ -144,6 +155,8 @@ def run(
         profile=profile,
         max_output=max_output,
         session=session,
+        secrets=secrets,
+        learn=learn,
         binary=binary,
         check=check,
     )
@@ -188,6 +201,8 @@ def stream(
     profile: Optional[str] = None,
     max_output: Optional[Size] = None,
     session: Optional[str] = None,
+    secrets: Optional[Mapping[str, Secret]] = None,
+    learn: bool = False,
     binary: Optional[PathArg] = None,
     check: bool = False,
 ) -> CallStream:
@@ -233,6 +248,8 @@ def stream(
         profile=profile,
         max_output=max_output,
         session=session,
+        secrets=secrets,
+        learn=learn,
         binary=binary,
         check=check,
     )
@@ -256,6 +273,7 @@ def _start(inv: Invocation) -> subprocess.Popen[bytes]:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             close_fds=True,
+            env=inv.child_env,
         )
     except OSError as e:
         raise not_runnable(inv.binary, e) from e

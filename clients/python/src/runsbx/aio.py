@@ -39,6 +39,7 @@ from ._call import (
     Command,
     FileContent,
     Invocation,
+    Secret,
     Size,
     Stdin,
     StderrTail,
@@ -84,6 +85,8 @@ async def run(
     profile: Optional[str] = None,
     max_output: Optional[Size] = None,
     session: Optional[str] = None,
+    secrets: Optional[Mapping[str, Secret]] = None,
+    learn: bool = False,
     binary: Optional[PathArg] = None,
     check: bool = False,
 ) -> CallResult:
@@ -108,6 +111,8 @@ async def run(
         profile=profile,
         max_output=max_output,
         session=session,
+        secrets=secrets,
+        learn=learn,
         binary=binary,
         check=check,
     )
@@ -165,6 +170,8 @@ def stream(
     profile: Optional[str] = None,
     max_output: Optional[Size] = None,
     session: Optional[str] = None,
+    secrets: Optional[Mapping[str, Secret]] = None,
+    learn: bool = False,
     binary: Optional[PathArg] = None,
     check: bool = False,
 ) -> AsyncCallStream:
@@ -197,6 +204,8 @@ def stream(
         profile=profile,
         max_output=max_output,
         session=session,
+        secrets=secrets,
+        learn=learn,
         binary=binary,
         check=check,
     )
@@ -212,6 +221,7 @@ async def _start(inv: Invocation) -> asyncio.subprocess.Process:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             close_fds=True,
+            env=inv.child_env,
         )
     except OSError as e:
         inv.cleanup()

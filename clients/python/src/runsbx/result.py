@@ -212,6 +212,33 @@ class Hints:
 
 
 @dataclass(frozen=True)
+class LearnedRequest:
+    """A request the egress proxy let through in learn mode, as often as
+    ``count``: ``method`` ``"CONNECT"`` and ``path`` ``None`` for a tunnel
+    it could not read."""
+
+    method: str
+    host: str
+    port: int
+    path: Optional[str]
+    tls: bool
+    count: int
+
+
+@dataclass(frozen=True)
+class Learned:
+    """What learn mode saw (``learn=True``), for ``runsbx profile
+    suggest``: the requests (distinct, the first 1000) and how many more
+    were only counted, with the resolver overrides and exempt addresses
+    the call had."""
+
+    requests: Tuple[LearnedRequest, ...]
+    dropped: int
+    resolve: Mapping[str, str]
+    allow_addresses: Tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ProxyStats:
     """The egress proxy's counters for the call."""
 
@@ -333,6 +360,8 @@ class CallResult:
             call had no listener for them.
         hints: The connects the sandbox's network refused, each with the
             reason; ``None`` when the call had no listener for them.
+        learned: With ``learn=True``, the requests the proxy let through;
+            ``None`` otherwise.
         attestation: The isolation layers in force; ``None`` when the
             sandbox was not made.
         error: Why the command did not run; ``None`` when it did.
@@ -361,6 +390,7 @@ class CallResult:
     raw: Mapping[str, Any] = field(repr=False, compare=False)
     seccomp: Optional[Seccomp] = None
     hints: Optional[Hints] = None
+    learned: Optional[Learned] = None
 
     @property
     def ok(self) -> bool:
@@ -688,6 +718,29 @@ def parse_result(obj: Any, output_dir: Optional[str] = None) -> CallResult:
         raw=obj,
         seccomp=_parse_seccomp(_obj(obj, "seccomp")),
         hints=_parse_hints(_obj(obj, "hints")),
+        learned=_parse_learned(_obj(obj, "learned")),
+    )
+
+
+def _parse_learned(obj: Optional[Mapping[str, Any]]) -> Optional[Learned]:
+    if obj is None:
+        return None
+    resolve = _obj(obj, "resolve") or {}
+    return Learned(
+        requests=tuple(
+            LearnedRequest(
+                method=_str(r, "method"),
+                host=_str(r, "host"),
+                port=_int(r, "port"),
+                path=_opt_str(r, "path"),
+                tls=_bool(r, "tls"),
+                count=_int(r, "count"),
+            )
+            for r in _dicts(obj, "requests") or ()
+        ),
+        dropped=_int(obj, "dropped"),
+        resolve={str(k): str(v) for k, v in resolve.items()},
+        allow_addresses=tuple(str(a) for a in (_list(obj, "allow_addresses") or [])),
     )
 
 
