@@ -123,6 +123,10 @@ class PoolTest(RunsbxTestCase):
             pool.run(["false"], check=True)
         with self.assertRaises(TypeError):
             pool.run(["true"], binary=self.bin)  # type: ignore[call-arg]
+        # A secret's value would have to reach `runsbx serve`'s environment.
+        with self.assertRaises(runsbx.BadInput):
+            pool.run(["true"], secrets={"T": runsbx.Secret(host="example.org", value="v")})
+        self.assertEqual(pool.run(["echo", "still"]).stdout_text, "still\n")
 
     def test_close_leaves_nothing_running(self) -> None:
         pool = runsbx.Pool(2, rootfs=self.rootfs, binary=self.bin)

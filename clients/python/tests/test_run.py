@@ -4,13 +4,14 @@ files in and out, truncation, binary output, the deadline, egress."""
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import pathlib
 import socket
 import tempfile
 import threading
 import unittest
-from typing import List
+from typing import List, Optional
 
 from _support import RunsbxTestCase
 
@@ -311,7 +312,56 @@ class ProxyOptionsTest(RunsbxTestCase):
         self.assertEqual([(d.code, d.path) for d in r.egress.denied], [("request_not_allowed", "/private/")])
         self.assertEqual(r.egress.denied[0].reason["rules"], ["GET /simple/**"])
 
+    def loopback(self) -> dict:
+        return {
+            "proxy_resolve": {"index.test": "127.0.0.1"},
+            "proxy_allow_addresses": [f"127.0.0.1:{self.port}"],
+        }
+
+    def test_a_secret_is_used_but_never_seen(self) -> None:
+        # The server gets the value; the sandbox, its output and the
+        # result only the sentinel.
+        value = "s3cr3t-" + os.urandom(8).hex()
+        script = (
+            'echo "inside: $RUNSBX_SECRET_TOKEN"; '
+            f'wget -q -O - --header "Authorization: Bearer $RUNSBX_SECRET_TOKEN" http://{self.host}/simple/'
+        )
+        r = runsbx.run(
+            ["sh", "-c", script],
+            rootfs=self.rootfs,
+            allow_hosts=[self.host],
+            timeout=20,
+            secrets={"TOKEN": runsbx.Secret(host=self.host, value=value)},
+            **self.loopback(),  # type: ignore[arg-type]
+        )
+        self.assertTrue(r.ok, r)
+        self.assertEqual(self.server.auth, [f"Bearer {value}"])
+        self.assertRegex(r.stdout_text, r"^inside: runsbx-secret-TOKEN-[0-9a-f]+\nthe index\n$")
+        self.assertNotIn(value, json.dumps(r.raw))
+        self.assertNotIn(value, r.stderr_text)
+
+    def test_learn_mode(self) -> None:
+        r = self.fetch(learn=True, **self.loopback())
+        self.assertTrue(r.ok, r)
+        assert r.learned is not None
+        self.assertEqual(
+            [(q.method, q.host, q.port, q.path, q.tls, q.count) for q in r.learned.requests],
+            [("GET", "index.test", self.port, "/simple/", False, 1)],
+        )
+        self.assertEqual(r.learned.dropped, 0)
+        self.assertIsNone(self.fetch(**self.loopback()).learned)
+
     def test_option_checks(self) -> None:
+        with self.assertRaises(TypeError):
+            self.fetch(secrets={"T": runsbx.Secret(host=self.host, value="v", env="V")})
+        with self.assertRaises(TypeError):
+            self.fetch(secrets={"T": "v"})
+        with self.assertRaises(runsbx.BadInput):
+            self.fetch(secrets={"A,B": runsbx.Secret(host=self.host, value="v")})
+        with self.assertRaises(runsbx.BadInput) as cm:
+            # runsbx's own check: a secret's host must be allowed.
+            self.fetch(secrets={"T": runsbx.Secret(host="elsewhere.test", value="v")})
+        self.assertIn("--secret", str(cm.exception))
         with self.assertRaises(runsbx.BadInput):
             self.fetch(proxy_resolve={"a=b": "127.0.0.1"})
         with self.assertRaises(TypeError):
@@ -330,10 +380,12 @@ class Server:
 
     def __init__(self) -> None:
         paths: List[str] = []
+        auth: List[Optional[str]] = []
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
                 paths.append(self.path)
+                auth.append(self.headers.get("Authorization"))
                 body = b"the index\n"
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
@@ -344,6 +396,7 @@ class Server:
                 pass
 
         self.paths = paths
+        self.auth = auth
         self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self.httpd.server_address[1]
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
