@@ -356,6 +356,10 @@ class ProxyOptionsTest(RunsbxTestCase):
             self.fetch(secrets={"T": runsbx.Secret(host=self.host, value="v", env="V")})
         with self.assertRaises(TypeError):
             self.fetch(secrets={"T": "v"})
+        with self.assertRaises(TypeError) as te:
+            self.fetch(secrets={"T": runsbx.Secret(host=self.host, value=b"hidden-bytes")})  # type: ignore[arg-type]
+        self.assertNotIn("hidden-bytes", str(te.exception))
+        self.assertNotIn("hidden", repr(runsbx.Secret(host=self.host, value="hidden")))
         with self.assertRaises(runsbx.BadInput):
             self.fetch(secrets={"A,B": runsbx.Secret(host=self.host, value="v")})
         with self.assertRaises(runsbx.BadInput) as cm:

@@ -10,7 +10,7 @@ import os
 import shutil
 import signal
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import (
     Callable,
     Dict,
@@ -193,7 +193,8 @@ class Secret:
     """
 
     host: str
-    value: Optional[str] = None
+    # Never in a repr, a log line or a traceback.
+    value: Optional[str] = field(default=None, repr=False)
     file: Optional[PathArg] = None
     env: Optional[str] = None
     header: Optional[str] = None
@@ -217,7 +218,10 @@ def _secret_option(name: object, secret: object, child_env: Dict[str, str]) -> s
     if len(given) != 1:
         raise TypeError(f"secrets[{name!r}]: give exactly one of value, file or env, not {given}")
     if given == ["value"]:
-        value = _str(f"secrets[{name!r}].value", secret.value)
+        value = secret.value
+        if not isinstance(value, str):
+            # The message never holds the value.
+            raise TypeError(f"secrets[{name!r}].value must be a str, not {type(value).__name__}")
         if not value or "\0" in value:
             raise BadInput(f"secrets[{name!r}]: the value is empty or holds NUL")
         var = SECRET_ENV_PREFIX + name
