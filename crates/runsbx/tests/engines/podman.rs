@@ -96,17 +96,22 @@ impl<'a> Podman<'a> {
 impl Drop for Podman<'_> {
     fn drop(&mut self) {
         let _ = self.run(&["rm", "--all", "--force"]);
-        // As root, the overlay driver binds its directory onto itself (a
-        // private mount of the host's), and podman leaves it mounted.
-        let overlay = self.fx.dir.path().join("storage/overlay");
-        let _ = nix::mount::umount2(&overlay, nix::mount::MntFlags::MNT_DETACH);
-        // Rootless storage holds files owned by subordinate ids.
-        let _ = self.run(&[
-            "unshare",
-            "rm",
-            "-rf",
-            self.fx.dir.path().join("storage").to_str().unwrap(),
-        ]);
+        let storage = self.fx.dir.path().join("storage");
+        match &self.fx.who {
+            // As root, the overlay driver binds its directory onto itself
+            // (a private mount of the host's) and leaves it mounted; any
+            // podman command, `podman unshare` among them, binds it again.
+            Who::Root => {
+                let overlay = storage.join("overlay");
+                let _ = nix::mount::umount2(&overlay, nix::mount::MntFlags::MNT_DETACH);
+                let _ = fs::remove_dir_all(&storage);
+            }
+            // Rootless storage holds files owned by subordinate ids; its
+            // mounts live in podman's own mount namespace.
+            Who::User(_) => {
+                let _ = self.run(&["unshare", "rm", "-rf", storage.to_str().unwrap()]);
+            }
+        }
         // Last: rootless podman keeps a pause process holding its user
         // namespace, and every podman command above may start it again.
         let pidfile = self.fx.dir.path().join("podman-tmp/pause.pid");
@@ -117,6 +122,16 @@ impl Drop for Podman<'_> {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        // A mount left on the host outlives the test run, and every later
+        // read of the mount table (libcgroups reads it per controller)
+        // pays for it.
+        if !std::thread::panicking() {
+            assert_eq!(
+                self.fx.stray_mounts(),
+                Vec::<String>::new(),
+                "podman left mounts behind"
             );
         }
     }
