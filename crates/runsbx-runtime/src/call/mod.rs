@@ -278,7 +278,7 @@ fn run(
     if settled {
         deliver(result, tails);
     }
-    sandbox.remove()?;
+    sandbox.remove(settled)?;
     if !settled {
         deliver(result, tails);
     }
@@ -415,9 +415,18 @@ impl<'a> Sandbox<'a> {
         Ok(attestation)
     }
 
-    fn remove(mut self) -> Result<()> {
+    /// Removes the sandbox; `reaped`: its init was reaped (the call saw
+    /// it end), so none of its processes is left.
+    fn remove(mut self, reaped: bool) -> Result<()> {
         self.removed = true;
-        remove_container(self.root, self.id)
+        if !reaped {
+            return remove_container(self.root, self.id);
+        }
+        match container::load(self.root, self.id) {
+            Ok(mut c) => teardown::destroy_reaped(self.root, &mut c),
+            Err(RuntimeError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 }
 

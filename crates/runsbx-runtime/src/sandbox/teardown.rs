@@ -54,7 +54,9 @@ pub(crate) fn reclaim(root: &StateRoot, id: &str, userns: Option<u64>) {
 /// record was never written) and the rest of its host side.
 pub(crate) fn forget(root: &StateRoot, id: &str) {
     if let Some(cgroup) = claimed_cgroup(root, id) {
-        remove_cgroup(&cgroup);
+        if let Err(e) = remove_cgroup(&cgroup) {
+            tracing::warn!(id, "remove the interrupted sandbox's cgroup: {e}");
+        }
     }
     let _ = fs::remove_dir_all(root.container_dir(id));
     release_orphan_slot(root, id);
@@ -237,18 +239,29 @@ fn cgroup_procs(path: &Path) -> Vec<Pid> {
     pids
 }
 
-fn remove_cgroup(path: &Path) {
+/// Removes the container's cgroup directories, SIGKILLing whatever each
+/// still holds. Killed processes leave a cgroup only once they are fully
+/// gone (EBUSY until then): retried for a second.
+fn remove_cgroup(path: &Path) -> Result<()> {
     for d in cgroup_dirs(path) {
-        // Killed processes leave the cgroup once they are fully gone.
-        for _ in 0..100 {
+        let procs = fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        let mut tries = 0;
+        loop {
             match fs::remove_dir(&d) {
-                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
-                    std::thread::sleep(std::time::Duration::from_millis(5))
+                Ok(()) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < 200 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(5));
                 }
-                _ => break,
+                Err(e) => return Err(RuntimeError::io(format!("remove the cgroup {d:?}"), e)),
             }
         }
     }
+    Ok(())
 }
 
 /// An id range allocated to `id` whose slot was never recorded (killed
@@ -348,6 +361,38 @@ pub(crate) fn destroy(root: &StateRoot, container: &mut Container) -> Result<()>
             Err(e) => return Err(op_err("delete", &id, e)),
         }
     }
+    release_host_side(root, &id)
+}
+
+/// Tears down a call's sandbox whose init the call has reaped, so that no
+/// process of its pid namespace is left (the kernel ends them all before
+/// the init can be reaped): its cgroup, state directory and host side.
+///
+/// This is what libcontainer's delete does for such a container, which
+/// has no hooks (runsbx writes a call's spec) and a stopped init, without
+/// the cgroup manager it builds first: on a cgroup v1 host, that looks up
+/// every controller's mount point in the mount table, one read (and one
+/// new procfs instance) per controller, about 2 ms of CPU per call here.
+/// Anything else goes through [`destroy`].
+pub(crate) fn destroy_reaped(root: &StateRoot, container: &mut Container) -> Result<()> {
+    let id = container.id().to_owned();
+    let config = match container.spec() {
+        Ok(config) if config.hooks.is_none() => config,
+        _ => return destroy(root, container),
+    };
+    if privilege::can_manage_cgroups() {
+        if !cgroup_claim::is_ours(&config.cgroup_path, &owner(root, &id)) {
+            return destroy(root, container);
+        }
+        remove_cgroup(&config.cgroup_path)?;
+    }
+    let dir = root.container_dir(&id);
+    fs::remove_dir_all(&dir)
+        .or_else(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => Ok(()),
+            _ => Err(e),
+        })
+        .map_err(|e| RuntimeError::io(format!("remove {dir:?}"), e))?;
     release_host_side(root, &id)
 }
 
