@@ -89,6 +89,16 @@ fn snapshot(fx: &Fixture) -> BTreeMap<&'static str, BTreeSet<String>> {
     s.insert("state", fx.leftovers().into_iter().collect());
     let mut procs = BTreeSet::new();
     let me = std::process::id().to_string();
+    // Rootless, a sandbox's processes run as the test user's own ids: its
+    // uid and its subordinate range.
+    let user_ids = |uid: u32| match &fx.who {
+        Who::User(u) => {
+            uid == u.uid
+                || kit::subordinate_uids(&u.name)
+                    .is_some_and(|(start, count)| uid >= start && uid - start < count)
+        }
+        Who::Root => false,
+    };
     for e in fs::read_dir("/proc").unwrap().flatten() {
         let pid = e.file_name().to_string_lossy().into_owned();
         if pid.parse::<u32>().is_err() || pid == me {
@@ -103,7 +113,7 @@ fn snapshot(fx: &Fixture) -> BTreeMap<&'static str, BTreeSet<String>> {
             .is_some_and(|(_, r)| r.trim_start().starts_with('Z'));
         let ours = cmdline.contains(&root)
             || cmdline.contains("youki:")
-            || uid.is_some_and(|u| u >= 1_000_000_000);
+            || uid.is_some_and(|u| u >= 1_000_000_000 || user_ids(u));
         if ours && !zombie {
             procs.insert(format!("{pid}: {cmdline}"));
         }
