@@ -256,6 +256,7 @@ fn build_from(
     drop(view);
     effective.without_init_groups(&spec)?;
     let init = init_pid(&container)?;
+    bundle::Effective::record_init(root, id, init)?;
     let trust_bundle = inspection.as_ref().map(|i| i.bundle.clone());
     // A profile's learn directory: the container's record goes there.
     let learn = match hardened.egress.as_ref().and_then(|p| p.learn.as_ref()) {

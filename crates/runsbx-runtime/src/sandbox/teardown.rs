@@ -194,6 +194,7 @@ fn kill_processes(root: &StateRoot, id: &str, userns: Option<u64>) -> usize {
     }
     pids.extend(socket_holders(&root.container_dir(id).join("notify.sock")));
     pids.extend(libcontainer_children(root, id));
+    pids.extend(bundle::Effective::init(root, id));
     if let Some(cgroup) = claimed_cgroup(root, id) {
         pids.extend(cgroup_procs(&cgroup));
     }

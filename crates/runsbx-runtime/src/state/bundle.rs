@@ -274,6 +274,8 @@ const REPORT_FILE: &str = "hardening.json";
 const SLOT_FILE: &str = "id-slot";
 /// The cgroup path claimed, as root (see cgroup_claim.rs).
 const CGROUP_FILE: &str = "cgroup";
+/// The container's init process: its pid and start time.
+const INIT_FILE: &str = "init";
 
 /// The bundle's spec with every path made absolute: the rootfs, and bind
 /// sources given relative to the bundle (as the runtime spec allows).
@@ -351,6 +353,42 @@ impl Effective {
             cgroup.as_os_str().as_encoded_bytes(),
             "cgroup",
         )
+    }
+
+    /// Records container `id`'s init process, by its pid and start time
+    /// (together they name one process), before it can be started.
+    ///
+    /// libcontainer rewrites the state file in place, so a runsbx killed
+    /// while `start` saves it leaves a started init and no readable
+    /// state. As root, the init is in the claimed cgroup; rootless it is in
+    /// no cgroup of runsbx's and, once it has exec'd, no longer looks like
+    /// libcontainer's: this record is how `delete --force` finds it.
+    pub fn record_init(
+        root: &crate::state::root::StateRoot,
+        id: &str,
+        init: nix::unistd::Pid,
+    ) -> Result<()> {
+        let start = crate::sys::procs::start_time(init).ok_or_else(|| {
+            RuntimeError::invalid(format!("the init process {init} of `{id}`"), "it is gone")
+        })?;
+        Self::record(
+            root,
+            id,
+            INIT_FILE,
+            format!("{init} {start}").as_bytes(),
+            "init process",
+        )
+    }
+
+    /// Container `id`'s recorded init, if that very process still runs
+    /// (a zombie has nothing left to kill).
+    pub fn init(root: &crate::state::root::StateRoot, id: &str) -> Option<nix::unistd::Pid> {
+        use crate::sys::procs;
+        let text = fs::read_to_string(Self::path(root, id).join(INIT_FILE)).ok()?;
+        let (pid, start) = text.trim().split_once(' ')?;
+        let pid = nix::unistd::Pid::from_raw(pid.parse().ok()?);
+        let start: u64 = start.parse().ok()?;
+        (procs::start_time(pid) == Some(start) && procs::alive(pid)).then_some(pid)
     }
 
     /// The cgroup path container `id` claimed, if any.

@@ -82,7 +82,18 @@ pub fn kill_and_wait(init: Pid) -> Result<()> {
     Ok(())
 }
 
-fn alive(pid: Pid) -> bool {
+/// When `pid` started (clock ticks after boot, `/proc/<pid>/stat` field
+/// 22): with the pid, it names one process across pid reuse, and an exec
+/// keeps it.
+pub fn start_time(pid: Pid) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields from the third (the state) on follow the parenthesised name.
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(22 - 3)?.parse().ok()
+}
+
+/// Whether `pid` exists and is neither a zombie nor dead.
+pub fn alive(pid: Pid) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         // The state is the field after the parenthesised command name.
         Ok(stat) => match stat.rsplit_once(')') {
@@ -106,4 +117,25 @@ pub(crate) fn pidfd_open(pid: Pid) -> Result<OwnedFd> {
     }
     // SAFETY: the kernel just returned this fd to us.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_time_names_one_process() -> std::io::Result<()> {
+        let me = start_time(Pid::this());
+        assert!(me.is_some());
+        assert_eq!(start_time(Pid::this()), me);
+        // A child started later has a later (or, within a tick, the same)
+        // start time; a pid that does not exist has none.
+        let mut child = std::process::Command::new("sleep").arg("5").spawn()?;
+        let theirs = start_time(Pid::from_raw(child.id() as i32));
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(theirs >= me, "{theirs:?} < {me:?}");
+        assert_eq!(start_time(Pid::from_raw(i32::MAX)), None);
+        Ok(())
+    }
 }
