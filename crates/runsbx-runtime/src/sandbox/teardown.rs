@@ -244,11 +244,10 @@ fn cgroup_procs(path: &Path) -> Vec<Pid> {
 /// still holds. Killed processes leave a cgroup only once they are fully
 /// gone (EBUSY until then): retried for a second.
 fn remove_cgroup(path: &Path) -> Result<()> {
+    for pid in cgroup_procs(path) {
+        let _ = kill(pid, Signal::SIGKILL);
+    }
     for d in cgroup_dirs(path) {
-        let procs = fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
-        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
         let mut tries = 0;
         loop {
             match fs::remove_dir(&d) {
