@@ -259,8 +259,8 @@ fn serve_connection(pool: &Arc<Pool>, conn: UnixStream) {
     serve_lines(pool, BufReader::new(conn), out);
 }
 
-/// Requests one connection may have in flight (each a thread, and when it
-/// runs cold a process); further lines wait.
+/// Requests one connection may have in flight (each in a thread, and when
+/// it runs cold a process); further lines wait.
 const MAX_IN_FLIGHT: usize = 64;
 
 /// A connection's requests, by id: a `{"cancel": ID}` line sends SIGTERM
@@ -349,7 +349,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// every request has its reply.
 fn serve_lines(pool: &Arc<Pool>, input: impl BufRead, out: Arc<Mutex<Box<dyn Write + Send>>>) {
     let running: Running = Arc::default();
-    let mut handlers = Vec::new();
+    let mut lanes = Lanes::new();
     for line in input.lines() {
         let Ok(line) = line else { break };
         if line.trim().is_empty() {
@@ -367,29 +367,99 @@ fn serve_lines(pool: &Arc<Pool>, input: impl BufRead, out: Arc<Mutex<Box<dyn Wri
             cancel(&running, &id.to_string());
             continue;
         }
-        handlers.retain(|h: &std::thread::JoinHandle<()>| !h.is_finished());
-        if handlers.len() >= MAX_IN_FLIGHT {
-            // Backpressure: the next line waits for the oldest request.
-            let oldest = handlers.remove(0);
-            let _ = oldest.join();
-        }
         let pool = pool.clone();
         let out = out.clone();
         let running = running.clone();
-        handlers.push(std::thread::spawn(move || {
-            let reply = pool.serve(&msg, &running);
-            write_line(&out, &reply);
+        lanes.run(Box::new(move || {
+            pool.serve(&msg, &running, &|reply| write_line(&out, reply));
         }));
     }
-    for h in handlers {
-        let _ = h.join();
+    lanes.finish();
+}
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A connection's request threads. Each serves one request at a time and
+/// then waits for the next: starting a thread costs about a tenth of a
+/// millisecond, which a warm call would otherwise wait for.
+struct Lanes {
+    jobs: mpsc::Sender<Job>,
+    queue: Arc<Mutex<mpsc::Receiver<Job>>>,
+    counts: Arc<(Mutex<LaneCounts>, Condvar)>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct LaneCounts {
+    /// Threads waiting for a request that no request has been given to.
+    idle: usize,
+    /// Requests given out and not yet answered.
+    busy: usize,
+}
+
+impl Lanes {
+    fn new() -> Self {
+        let (jobs, queue) = mpsc::channel();
+        Self {
+            jobs,
+            queue: Arc::new(Mutex::new(queue)),
+            counts: Arc::default(),
+            threads: Vec::new(),
+        }
+    }
+
+    /// Gives `job` to a waiting thread, or to a new one; with
+    /// [`MAX_IN_FLIGHT`] requests unanswered, first waits for one to end.
+    fn run(&mut self, job: Job) {
+        let (counts, ended) = &*self.counts;
+        let mut c = lock(counts);
+        while c.busy >= MAX_IN_FLIGHT {
+            c = ended.wait(c).unwrap_or_else(|e| e.into_inner());
+        }
+        c.busy += 1;
+        let waiting = c.idle > 0;
+        if waiting {
+            // That thread is this job's: no other job is given to it.
+            c.idle -= 1;
+        }
+        drop(c);
+        if !waiting {
+            let queue = self.queue.clone();
+            let counts = self.counts.clone();
+            self.threads
+                .push(std::thread::spawn(move || Self::lane(&queue, &counts)));
+        }
+        let _ = self.jobs.send(job);
+    }
+
+    fn lane(queue: &Mutex<mpsc::Receiver<Job>>, counts: &(Mutex<LaneCounts>, Condvar)) {
+        loop {
+            let job = lock(queue).recv();
+            let Ok(job) = job else { return };
+            // A request that panics is its own loss, not the connection's.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+            let mut c = lock(&counts.0);
+            c.busy -= 1;
+            c.idle += 1;
+            drop(c);
+            counts.1.notify_all();
+        }
+    }
+
+    /// Waits until every request has its reply.
+    fn finish(self) {
+        drop(self.jobs);
+        for t in self.threads {
+            let _ = t.join();
+        }
     }
 }
 
+/// One write, newline included: the reader wakes once, for a whole line.
 fn write_line(out: &Mutex<Box<dyn Write + Send>>, line: &str) {
+    let line = format!("{line}\n");
     let mut out = lock(out);
     let _ = out.write_all(line.as_bytes());
-    let _ = out.write_all(b"\n");
     let _ = out.flush();
 }
 
@@ -398,22 +468,24 @@ impl Pool {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One request to its reply.
-    fn serve(self: &Arc<Self>, msg: &Value, running: &Running) -> String {
+    /// One request to its reply, which goes to `send` before the used
+    /// worker is let go and the pool told: on a small machine that work
+    /// would take the cores the caller needs to read its reply.
+    fn serve(self: &Arc<Self>, msg: &Value, running: &Running, send: &dyn Fn(&str)) {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let key = id.to_string();
         let argv = match msg.get("argv").and_then(Value::as_array) {
             Some(a) if a.iter().all(Value::is_string) => a.clone(),
             _ => {
-                return json!({"id": id, "error": "the request has no \"argv\" (an array of strings: runsbx call's arguments)"}).to_string()
+                return send(&json!({"id": id, "error": "the request has no \"argv\" (an array of strings: runsbx call's arguments)"}).to_string())
             }
         };
         let stdin = msg.get("stdin").cloned().unwrap_or(Value::Null);
         self.lock().serving += 1;
         let run = RunningAs::pending(running, &key);
-        let reply = match self.warm(&argv, &stdin, &run) {
-            Some(reply) => reply,
-            None => Reply::Cold(self.cold(&argv, &stdin, &run)),
+        let (reply, used) = match self.warm(&argv, &stdin, &run) {
+            Some((line, used)) => (Reply::Warm(line), Some(used)),
+            None => (Reply::Cold(self.cold(&argv, &stdin, &run)), None),
         };
         drop(run);
         {
@@ -428,9 +500,8 @@ impl Pool {
                 std::thread::spawn(move || pool.start_worker());
             }
         }
-        self.changed.notify_all();
         let id = serde_json::to_string(&id).unwrap_or_else(|_| "null".to_owned());
-        match reply {
+        send(&match reply {
             // `{"result": ..., "exit_code": N}` from the worker, as it is.
             Reply::Warm(line) => format!(
                 "{{\"id\":{id},\"warm\":true,{}",
@@ -440,11 +511,22 @@ impl Pool {
                 v["warm"] = Value::Bool(false);
                 format!("{{\"id\":{id},{}", v.to_string()[1..].trim_start())
             }
+        });
+        // The sandbox ran a command (or failed to): never again.
+        if let Some(used) = used {
+            self.reap(used);
         }
+        self.changed.notify_all();
     }
 
-    /// The request in a ready sandbox; `None` if none can take it.
-    fn warm(self: &Arc<Self>, argv: &[Value], stdin: &Value, run: &RunningAs<'_>) -> Option<Reply> {
+    /// The request in a ready sandbox, with the worker that ran it (for
+    /// the caller to let go); `None` if none can take it.
+    fn warm(
+        self: &Arc<Self>,
+        argv: &[Value],
+        stdin: &Value,
+        run: &RunningAs<'_>,
+    ) -> Option<(String, Worker)> {
         let mut w = self.take()?;
         run.run_by(Some(w.child.id()));
         // One write: the pipe is unbuffered, and the worker would wake for
@@ -476,13 +558,13 @@ impl Pool {
             }
             return None;
         }
-        // The sandbox ran a command (or failed to): never again.
-        self.reap(w);
         if !line.starts_with("{\"result\"") {
+            // It failed to run it: never again.
+            self.reap(w);
             return None;
         }
         // The worker's own reply, passed on as it is (one JSON object).
-        Some(Reply::Warm(line))
+        Some((line, w))
     }
 
     /// The request as `runsbx call` of its arguments.

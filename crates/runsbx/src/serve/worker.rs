@@ -44,9 +44,10 @@ impl Control {
 
     fn say_line(&self, line: &str) {
         let mut out = std::io::stdout().lock();
-        // A pool that is gone reads nothing; the sandbox goes anyway.
-        let _ = out.write_all(line.as_bytes());
-        let _ = out.write_all(b"\n");
+        // One write, newline included: the pool reads whole lines and
+        // would otherwise wake for each piece. A pool that is gone reads
+        // nothing; the sandbox goes anyway.
+        let _ = out.write_all(format!("{line}\n").as_bytes());
         let _ = out.flush();
     }
 
