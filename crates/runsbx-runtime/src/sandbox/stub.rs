@@ -127,6 +127,13 @@ impl Executor for Stub {
         // process (libcontainer marks it close-on-exec, never closes it);
         // nothing else in the init uses it.
         let mut sock = UnixStream::from(unsafe { OwnedFd::from_raw_fd(self.fd) });
+        // The init still holds what it inherited from runsbx, all of it
+        // close-on-exec (libcontainer marked it so). Closed now rather than
+        // at the exec: the stub waits holding only its stdio and socket,
+        // and the cost of the closing (the last reference to a detached
+        // mount ends that mount, which waits for an RCU grace period) is
+        // paid before the command is known, not while its caller waits.
+        close_all_but_stdio_and(self.fd);
         let (args, env) = match receive(&mut sock) {
             Ok(Some(command)) => command,
             // The pool let the sandbox go: nothing runs.
@@ -170,6 +177,21 @@ impl Executor for Stub {
     ) -> std::result::Result<(), ExecutorSetEnvsError> {
         Ok(())
     }
+}
+
+/// Closes every fd above stderr but `keep`. Best effort: what is left
+/// open is close-on-exec and goes at the exec anyway.
+fn close_all_but_stdio_and(keep: RawFd) {
+    let close_range = |first: RawFd, last: libc::c_uint| {
+        if first as libc::c_uint <= last {
+            // SAFETY: close_range takes plain integers; no fd in the range
+            // is used by this process again (the init runs only this
+            // executor from here on).
+            unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, last, 0) };
+        }
+    };
+    close_range(3, (keep as libc::c_uint).saturating_sub(1));
+    close_range(keep + 1, libc::c_uint::MAX);
 }
 
 /// Tells runsbx why the command did not run; the error for libcontainer.
