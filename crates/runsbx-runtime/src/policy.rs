@@ -162,6 +162,10 @@ pub struct Provisions<'a> {
     pub seccomp_listener: Option<&'a Path>,
     /// The trust bundle of its TLS inspection.
     pub trust_bundle: Option<&'a Path>,
+    /// The host's facts ([`host_facts`]), when the caller has them already:
+    /// a warm sandbox checks each request against the host it was built
+    /// on, in the same process, and reading them costs a dozen files.
+    pub host: Option<&'a HostFacts>,
 }
 
 /// Hardens and verifies `spec` for container `id`, tightened by its
@@ -187,7 +191,11 @@ pub fn apply(
             && crate::sys::layers::is_container_layer(&spec),
         pod,
         engine_binds: crate::sandbox::engine_binds::of(&spec),
-        ..host_facts(id_range)
+        id_range,
+        ..match made.host {
+            Some(host) => host.clone(),
+            None => host_facts(id_range),
+        }
     };
     let (hardened, profile) = match overrides {
         Some(overrides) => {

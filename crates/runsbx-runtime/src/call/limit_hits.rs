@@ -13,7 +13,14 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
 /// (memory limit hit, pids limit hit), each `None` when unknown.
 pub fn limit_hits(spec: &Spec) -> (Option<bool>, Option<bool>) {
-    if !privilege::can_manage_cgroups() {
+    // As `privilege::can_manage_cgroups`, with the layout looked up once:
+    // each look is several statfs calls, and the caller waits for these.
+    let layout = if privilege::rootless() {
+        CgroupLayout::None
+    } else {
+        privilege::cgroup_layout()
+    };
+    if layout == CgroupLayout::None {
         return (None, None);
     }
     let Some(path) = spec.linux().as_ref().and_then(|l| l.cgroups_path().clone()) else {
@@ -21,7 +28,7 @@ pub fn limit_hits(spec: &Spec) -> (Option<bool>, Option<bool>) {
     };
     let rel = path.strip_prefix("/").unwrap_or(&path).to_path_buf();
     let file = |controller: &str, name: &str| -> PathBuf {
-        match privilege::cgroup_layout() {
+        match layout {
             CgroupLayout::V2 => Path::new(CGROUP_ROOT).join(&rel).join(name),
             _ => Path::new(CGROUP_ROOT)
                 .join(controller)
@@ -29,7 +36,7 @@ pub fn limit_hits(spec: &Spec) -> (Option<bool>, Option<bool>) {
                 .join(name),
         }
     };
-    let memory = match privilege::cgroup_layout() {
+    let memory = match layout {
         CgroupLayout::V2 => counter(&file("memory", "memory.events"), "oom_kill"),
         _ => counter(&file("memory", "memory.oom_control"), "oom_kill"),
     };

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use libcontainer::oci_spec::runtime::Spec;
-use runsbx_policy::{IdRange, Layer};
+use runsbx_policy::{HostFacts, IdRange, Layer};
 
 use super::request::{CallRequest, LiveOutput, StdinFrom};
 use super::{plan, tighten, CallResult, Tails};
@@ -77,6 +77,9 @@ pub(super) struct Fitter {
     /// The trust bundle of the sandbox's TLS inspection, if it has one:
     /// requests are hardened with it, as the sandbox was.
     trust_bundle: Option<PathBuf>,
+    /// The host's facts, read once: this process's privileges and the
+    /// kernel's features do not change while its sandbox waits.
+    host: HostFacts,
 }
 
 impl Fitter {
@@ -99,6 +102,7 @@ impl Fitter {
             seccomp_listener: made.seccomp_listener,
             session: made.session,
             spec: Spec::default(),
+            host: crate::policy::host_facts(range),
         };
         fitter.spec = without_command(fitter.harden(template, ws)?.spec);
         Ok(fitter)
@@ -160,6 +164,7 @@ impl Fitter {
             workspace: Some(ws),
             seccomp_listener: self.seccomp_listener.as_deref(),
             trust_bundle: self.trust_bundle.as_deref(),
+            host: Some(&self.host),
         };
         create::harden_source(
             &source,

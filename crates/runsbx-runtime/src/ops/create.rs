@@ -343,6 +343,7 @@ fn harden(
         workspace: req.workspace,
         seccomp_listener: req.seccomp_listener,
         trust_bundle,
+        host: None,
     };
     let hardened = harden_source(source, req.policy, range, made, pod_join, req.overrides)?;
     // Said once, when the sandbox is made (not at each start or exec).
