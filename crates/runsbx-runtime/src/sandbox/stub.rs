@@ -191,7 +191,7 @@ fn close_all_but_stdio_and(keep: RawFd) {
         }
     };
     close_range(3, (keep as libc::c_uint).saturating_sub(1));
-    close_range(keep + 1, libc::c_uint::MAX);
+    close_range((keep + 1).max(3), libc::c_uint::MAX);
 }
 
 /// Tells runsbx why the command did not run; the error for libcontainer.
