@@ -218,6 +218,90 @@ fn a_sandbox_runs_one_call(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, a_sandbox_runs_one_call: once_as_root, once_rootless);
 
+/// A waiting sandbox's stub holds its stdio and the socket its command
+/// comes on: nothing of what runsbx had open when it built the sandbox.
+fn a_waiting_stub_holds_only_its_socket(fx: Fixture) {
+    let pool = Serve::start(&fx, 1);
+    let serve = pool.child.id() as i32;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut held = Vec::new();
+    loop {
+        let stub = descendants(serve)
+            .into_iter()
+            .find(|pid| comm_of(*pid) == "youki:[2:INIT]");
+        if let Some(stub) = stub {
+            held = fds_of(stub);
+            // While libcontainer builds it, the init holds a dozen more.
+            if held.len() == 4 {
+                break;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no stub of the pool came down to 4 fds in 30 s; the last one seen held {held:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let numbers: Vec<i32> = held.iter().map(|(fd, _)| *fd).collect();
+    assert_eq!(&numbers[..3], [0, 1, 2], "{held:?}");
+    assert!(held[3].1.starts_with("socket:"), "{held:?}");
+    pool.close();
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, a_waiting_stub_holds_only_its_socket: stub_fds_as_root, stub_fds_rootless);
+
+/// Every process below `ancestor`.
+fn descendants(ancestor: i32) -> Vec<i32> {
+    let parents: Vec<(i32, i32)> = fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = fs::read_to_string(e.path().join("stat")).ok()?;
+            // The parent is the second field after the parenthesised name.
+            let ppid = stat.rsplit_once(')')?.1.split_whitespace().nth(1)?;
+            Some((pid, ppid.parse().ok()?))
+        })
+        .collect();
+    let mut found = vec![ancestor];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            parents
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(c, _)| *c),
+        );
+        i += 1;
+    }
+    found.split_off(1)
+}
+
+fn comm_of(pid: i32) -> String {
+    fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim_end()
+        .to_owned()
+}
+
+/// A process's fds and what each refers to, by number.
+fn fds_of(pid: i32) -> Vec<(i32, String)> {
+    let Ok(dir) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    let mut fds: Vec<(i32, String)> = dir
+        .flatten()
+        .filter_map(|e| {
+            let fd = e.file_name().to_str()?.parse().ok()?;
+            let target = fs::read_link(e.path()).ok()?;
+            Some((fd, target.display().to_string()))
+        })
+        .collect();
+    fds.sort();
+    fds
+}
+
 /// A pooled call's seccomp denials and hints are reported in its own
 /// result, and only in its own: the next pooled call, in the next sandbox,
 /// has none.
