@@ -12,6 +12,7 @@ import signal
 import tempfile
 from dataclasses import dataclass, field
 from typing import (
+    Any,
     Callable,
     Dict,
     Generic,
@@ -453,6 +454,14 @@ class Invocation:
                 returncode=returncode,
                 stderr=err,
             ) from None
+        return self.finish_parsed(returncode, obj, stderr)
+
+    def finish_parsed(self, returncode: int, obj: Any, stderr: bytes) -> CallResult:
+        """As :meth:`finish`, from the result already parsed from JSON (a
+        pool's reply carries it)."""
+        err = stderr.decode("utf-8", errors="replace")
+        if obj is None:
+            raise self._no_result(returncode, err)
         try:
             result = parse_result(obj, self.output_dir)
         except RunsbxError as e:

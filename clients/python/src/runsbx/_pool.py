@@ -171,11 +171,9 @@ class Pool:
                     self.warm_calls += 1
                 else:
                     self.cold_calls += 1
-            result = reply.get("result")
-            line_out = None if result is None else json.dumps(result).encode("utf-8")
             code = reply.get("exit_code")
             stderr = str(reply.get("stderr") or "").encode("utf-8")
-            return inv.finish(code if isinstance(code, int) else -1, line_out, stderr)
+            return inv.finish_parsed(code if isinstance(code, int) else -1, reply.get("result"), stderr)
         finally:
             inv.cleanup()
 
