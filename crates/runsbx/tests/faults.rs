@@ -91,11 +91,14 @@ fn snapshot(fx: &Fixture) -> BTreeMap<&'static str, BTreeSet<String>> {
     let me = std::process::id().to_string();
     // Rootless, a sandbox's processes run as the test user's own ids: its
     // uid and its subordinate range.
+    let subordinate = match &fx.who {
+        Who::User(u) => kit::subordinate_uids(&u.name),
+        Who::Root => None,
+    };
     let user_ids = |uid: u32| match &fx.who {
         Who::User(u) => {
             uid == u.uid
-                || kit::subordinate_uids(&u.name)
-                    .is_some_and(|(start, count)| uid >= start && uid - start < count)
+                || subordinate.is_some_and(|(start, count)| uid >= start && uid - start < count)
         }
         Who::Root => false,
     };
