@@ -30,18 +30,20 @@ pub fn unmount_under(path: &Path) -> Result<()> {
 /// The mount points of this mount namespace's filesystems of the given
 /// types (`cgroup`, `cgroup2`).
 pub fn mount_points_of(types: &[&str]) -> Result<Vec<PathBuf>> {
+    Ok(entries_of(types)?
+        .into_iter()
+        .map(|m| m.mount_point)
+        .collect())
+}
+
+/// This mount namespace's mounts of filesystems of the given types.
+pub fn entries_of(types: &[&str]) -> Result<Vec<MountEntry>> {
     let info = fs::read_to_string("/proc/self/mountinfo")
         .map_err(|e| ImageError::io("read /proc/self/mountinfo", e))?;
     Ok(info
         .lines()
-        .filter_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            let mount_point = left.split_whitespace().nth(4)?;
-            let typ = right.split_whitespace().next()?;
-            types
-                .contains(&typ)
-                .then(|| unescape_mountinfo(mount_point))
-        })
+        .filter_map(parse_line)
+        .filter(|m| types.contains(&m.fstype.as_str()))
         .collect())
 }
 

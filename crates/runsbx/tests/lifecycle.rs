@@ -311,6 +311,77 @@ fn cgroup_commands(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, cgroup_commands: cgroup_commands_as_root, cgroup_commands_rootless);
 
+/// As root on a cgroup v1 host the sandbox's first process is forked into
+/// its cgroups by a thread of runsbx that moved only itself there, and
+/// libcontainer's own `cgroup.procs` writes (each a wait for an RCU grace
+/// period) land in a plain file in a mount namespace of runsbx's own. The
+/// sandbox ends up where libcontainer would have put it, and runsbx leaves
+/// with its own cgroups and mount namespace as they were.
+#[test]
+fn the_sandbox_is_forked_into_its_cgroups() {
+    if !kit::is_root() {
+        kit::skip!("the_sandbox_is_forked_into_its_cgroups: needs root");
+    }
+    let fx = Fixture::new(RUNSBX, kit::Who::Root);
+    let b = fx.bundle("b", &["sleep", "1000"], |_| {});
+    let mut run = fx.cmd(["run", "--bundle", b.to_str().unwrap(), "c1"]);
+    run.stdout(std::process::Stdio::null());
+    let mut runsbx = run.spawn().unwrap();
+    fx.wait_status("c1", "running");
+    let init = fx.run(["state", "c1"]).ok().json()["pid"].as_i64().unwrap();
+    let read = |path: String| fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let v1 = |cgroups: &str| -> Vec<(String, String)> {
+        cgroups
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.splitn(3, ':');
+                let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+                (!controllers.is_empty() && !controllers.starts_with("name="))
+                    .then(|| (controllers.to_owned(), path.to_owned()))
+            })
+            .collect()
+    };
+    let ours = read("/proc/self/cgroup".into());
+    let sink = fx.state.join("@bundles/c1/cgroup.procs.sink");
+    if v1(&ours).is_empty() {
+        // cgroup v2 only: libcontainer joins the cgroup itself.
+        assert!(!sink.exists(), "{sink:?} on a host without cgroup v1");
+    } else {
+        for (controllers, path) in v1(&read(format!("/proc/{init}/cgroup"))) {
+            assert!(
+                path.starts_with("/runsbx/") && path.ends_with("-c1"),
+                "{controllers}: {path}"
+            );
+        }
+        // libcontainer's intermediate process wrote its pid there, not
+        // into a real cgroup.procs.
+        let written = read(sink.to_string_lossy().into_owned());
+        assert!(
+            written.trim().parse::<u32>().is_ok(),
+            "{sink:?}: {written:?}"
+        );
+    }
+    let pid = runsbx.id();
+    assert_eq!(
+        read(format!("/proc/{pid}/cgroup")),
+        ours,
+        "runsbx's own cgroups"
+    );
+    assert_eq!(
+        fs::read_link(format!("/proc/{pid}/ns/mnt")).unwrap(),
+        fs::read_link("/proc/self/ns/mnt").unwrap(),
+        "runsbx's mount namespace"
+    );
+    assert!(
+        !read("/proc/self/mountinfo".into()).contains("cgroup.procs"),
+        "a bind over cgroup.procs reached the host"
+    );
+    fx.run(["kill", "c1", "KILL"]).ok();
+    runsbx.wait().unwrap();
+    fx.run(["delete", "--force", "c1"]);
+    fx.assert_clean();
+}
+
 fn features_spec_version(fx: Fixture) {
     let features = fx.run(["features"]).ok().json();
     assert_eq!(features["ociVersionMin"], "1.0.0");

@@ -20,6 +20,7 @@ use crate::state::container::{init_pid, op_err, owner, runsbx_cgroup_path, stage
 use crate::state::ids;
 use crate::state::root::{IdLock, StateRoot};
 use crate::state::{bundle, cgroup_claim};
+use crate::sys::cgroup_attach::FastAttach;
 use crate::sys::{cgroupless, copyup, netns, privilege, stage, userns};
 
 /// What `create` and `run` are given besides the id.
@@ -244,9 +245,18 @@ fn build_from(
     if let Some(workspace) = req.workspace {
         workspace.give_to_root_of(&spec)?;
     }
-    let mut container = libcontainer_build(
-        root, id, req.opts, req.detach, &effective, req.stdio, req.stub,
-    )?;
+    let build = || {
+        libcontainer_build(
+            root, id, req.opts, req.detach, &effective, req.stdio, req.stub,
+        )
+    };
+    let mut container = match shadow {
+        None => match fast_attach(&spec, &effective)? {
+            Some(attach) => attach.build(build)?,
+            None => build()?,
+        },
+        Some(_) => build()?,
+    };
     // While runsbx still sees the rootfs it was built from.
     fill_tmpfs(&container, &spec, &hardened.tmpcopyup)?;
     if let Some(shadow) = shadow {
@@ -390,6 +400,23 @@ fn claim_cgroup(
         cgroup_claim::claim(&cgroup, &owner(root, id))?;
     }
     Ok((None, false))
+}
+
+/// As root on a cgroup v1 host, the sandbox's first process is forked into
+/// its cgroups rather than moved there (see sys/cgroup_attach.rs).
+fn fast_attach(spec: &Spec, effective: &bundle::Effective) -> Result<Option<FastAttach>> {
+    let Some(linux) = spec.linux() else {
+        return Ok(None);
+    };
+    let Some(path) = linux.cgroups_path() else {
+        return Ok(None);
+    };
+    let pids = linux
+        .resources()
+        .as_ref()
+        .and_then(|r| r.pids().as_ref())
+        .map(|p| p.limit());
+    FastAttach::prepare(path, pids, effective.dir.join("cgroup.procs.sink"))
 }
 
 /// libcontainer builds the container from the effective bundle: its

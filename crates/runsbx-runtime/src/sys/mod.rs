@@ -4,6 +4,7 @@
 //! may do on this host.
 
 pub mod beneath;
+pub mod cgroup_attach;
 pub mod cgroupless;
 pub mod copyup;
 pub mod fork;

@@ -1,0 +1,383 @@
+//! Placing a new sandbox in its cgroup v1 hierarchies without waiting for
+//! an RCU grace period.
+//!
+//! Writing a pid to a v1 `cgroup.procs` file moves a whole thread group, so
+//! the kernel takes its global `cgroup_threadgroup_rwsem` for writing, and
+//! the first writer after a quiet moment waits for a full RCU grace period
+//! (7-15 ms on these machines, with both CPUs idle). libcontainer's
+//! intermediate process does exactly that when it joins the sandbox's
+//! cgroups: it was half of a cold `runsbx run`. A thread that moves only
+//! itself (`0` written to `tasks`) is exempt from that lock, and a process
+//! forked by a thread starts in that thread's cgroups.
+//!
+//! So, as root on a cgroup v1 (or hybrid) host, runsbx
+//! - makes the sandbox's cgroup in each hierarchy libcontainer will use
+//!   (as libcontainer would, cpuset's cpus and mems copied down),
+//! - enters a mount namespace of its own, from which nothing propagates
+//!   back, and there binds a plain file over each of those `cgroup.procs`,
+//! - builds the container from a thread that has first moved itself into
+//!   the sandbox's cgroups: libcontainer's intermediate process is forked
+//!   there, its own `cgroup.procs` writes land in the plain file, and its
+//!   limits and device rules are written to the real cgroup as before,
+//! - moves that thread back, and returns to the host's mount namespace.
+//!
+//! The sandbox's processes end up in exactly the cgroups libcontainer
+//! would have put them in; only the lock is skipped. Where any of this does
+//! not apply (cgroup v2, a relative cgroup path, a hierarchy not mounted at
+//! its root, a process with other threads), libcontainer joins the cgroups
+//! itself.
+
+use std::collections::HashSet;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd};
+use std::path::{Path, PathBuf};
+
+use nix::mount::{mount, MsFlags};
+use nix::sched::{setns, unshare, CloneFlags};
+
+use crate::error::{Result, RuntimeError};
+use crate::sys::privilege::{self, CgroupLayout};
+
+/// The v1 controllers libcontainer's cgroup manager uses, each with the
+/// last path components of the mount points it accepts for it (its own
+/// rule: a hierarchy mounted elsewhere is one it does not use).
+const CONTROLLERS: &[(&str, &[&str])] = &[
+    ("cpu", &["cpu,cpuacct", "cpu"]),
+    ("cpuacct", &["cpu,cpuacct", "cpuacct"]),
+    ("cpuset", &["cpuset"]),
+    ("devices", &["devices"]),
+    ("hugetlb", &["hugetlb"]),
+    ("memory", &["memory"]),
+    ("pids", &["pids"]),
+    ("perf_event", &["perf_event"]),
+    ("blkio", &["blkio"]),
+    (
+        "net_prio",
+        &["net_cls,net_prio", "net_prio,net_cls", "net_prio"],
+    ),
+    (
+        "net_cls",
+        &["net_cls,net_prio", "net_prio,net_cls", "net_cls"],
+    ),
+    ("freezer", &["freezer"]),
+];
+
+/// While it builds, the building thread is one more task in the sandbox's
+/// pids cgroup (besides libcontainer's intermediate process and the
+/// init). Below this limit libcontainer joins the cgroups itself, so that
+/// the thread never takes a task the sandbox was given.
+const MIN_PIDS_LIMIT: i64 = 16;
+
+/// One hierarchy the sandbox joins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Hierarchy {
+    /// The sandbox's cgroup directory in it.
+    sandbox: PathBuf,
+    /// The cgroup directory this process is in now.
+    home: PathBuf,
+}
+
+/// What the fast placement needs, found and made before the build.
+#[derive(Debug)]
+pub(crate) struct FastAttach {
+    hierarchies: Vec<Hierarchy>,
+    sink: PathBuf,
+}
+
+impl FastAttach {
+    /// For a sandbox whose cgroup path is `cgroup_path` (absolute, as
+    /// runsbx gives it), with `sink` a path where a plain file may be made.
+    /// `None` where libcontainer should join the cgroups itself.
+    pub(crate) fn prepare(
+        cgroup_path: &Path,
+        pids_limit: Option<i64>,
+        sink: PathBuf,
+    ) -> Result<Option<FastAttach>> {
+        if !matches!(
+            privilege::cgroup_layout(),
+            CgroupLayout::V1 | CgroupLayout::Hybrid
+        ) || privilege::rootless()
+            || pids_limit.is_some_and(|l| (0..MIN_PIDS_LIMIT).contains(&l))
+        {
+            return Ok(None);
+        }
+        let mounts = runsbx_image::mountinfo::entries_of(&["cgroup"])?;
+        let own = fs::read_to_string("/proc/self/cgroup")
+            .map_err(|e| RuntimeError::io("read /proc/self/cgroup", e))?;
+        let Some(hierarchies) = hierarchies(&mounts, &own, cgroup_path) else {
+            return Ok(None);
+        };
+        for h in &hierarchies {
+            make_cgroup(&h.sandbox)?;
+        }
+        fs::write(&sink, "")
+            .map_err(|e| RuntimeError::io(format!("create {}", sink.display()), e))?;
+        Ok(Some(FastAttach { hierarchies, sink }))
+    }
+
+    /// Runs `build` (which forks libcontainer's intermediate process) from
+    /// a thread placed in the sandbox's cgroups, as the module comment
+    /// says. When this process cannot have a mount namespace of its own
+    /// (it has other threads), `build` runs as it is.
+    pub(crate) fn build<T: Send>(self, build: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+        let ctx = |step: &str| format!("place the sandbox in its cgroups: {step}");
+        let open_tasks = |dir: &Path| {
+            OpenOptions::new()
+                .write(true)
+                .open(dir.join("tasks"))
+                .map_err(|e| RuntimeError::io(ctx(&format!("open {}/tasks", dir.display())), e))
+        };
+        let mut into = Vec::new();
+        let mut back = Vec::new();
+        for h in &self.hierarchies {
+            into.push(open_tasks(&h.sandbox)?);
+            back.push(open_tasks(&h.home)?);
+        }
+        let Some(ns) = PrivateMounts::enter()? else {
+            return build();
+        };
+        for h in &self.hierarchies {
+            let procs = h.sandbox.join("cgroup.procs");
+            mount(
+                Some(&self.sink),
+                &procs,
+                None::<&str>,
+                MsFlags::MS_BIND,
+                None::<&str>,
+            )
+            .map_err(|e| RuntimeError::sys(ctx(&format!("bind over {}", procs.display())), e))?;
+        }
+        let built = std::thread::scope(|s| {
+            s.spawn(|| {
+                move_self(&into).map_err(|e| RuntimeError::io(ctx("join its cgroups"), e))?;
+                let built = build();
+                // Out again before the thread ends, whatever the build did:
+                // the sandbox's cgroups must hold only its own processes.
+                let left = move_self(&back);
+                let built = built?;
+                left.map_err(|e| RuntimeError::io(ctx("leave its cgroups"), e))?;
+                Ok(built)
+            })
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        });
+        ns.leave()?;
+        built
+    }
+}
+
+/// This thread (only) into the cgroups whose `tasks` files are `files`.
+fn move_self(files: &[File]) -> std::io::Result<()> {
+    for mut f in files {
+        f.write_all(b"0")?;
+    }
+    Ok(())
+}
+
+/// The hierarchies libcontainer's v1 manager will place the sandbox in,
+/// from this process's mountinfo and /proc/self/cgroup; `None` where one
+/// is not mounted at its root or the cgroup path is relative (the fast
+/// placement would have to guess where libcontainer puts it).
+fn hierarchies(
+    mounts: &[runsbx_image::mountinfo::MountEntry],
+    own_cgroups: &str,
+    cgroup_path: &Path,
+) -> Option<Vec<Hierarchy>> {
+    let relative = cgroup_path.strip_prefix("/").ok()?;
+    if relative.as_os_str().is_empty()
+        || relative
+            .components()
+            .any(|c| !matches!(c, std::path::Component::Normal(_)))
+    {
+        return None;
+    }
+    let mut seen = HashSet::new();
+    let mut found = Vec::new();
+    for (controller, names) in CONTROLLERS {
+        let Some(m) = mounts
+            .iter()
+            .find(|m| names.iter().any(|n| m.mount_point.ends_with(n)))
+        else {
+            continue;
+        };
+        // This process's place in that hierarchy (libcontainer's manager
+        // skips a controller /proc/self/cgroup does not list).
+        let Some(own) = own_cgroups.lines().find_map(|l| {
+            let mut fields = l.splitn(3, ':');
+            let (_, controllers, path) = (fields.next()?, fields.next()?, fields.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == *controller)
+                .then_some(path)
+        }) else {
+            continue;
+        };
+        if m.root != Path::new("/") {
+            return None;
+        }
+        if !seen.insert(m.mount_point.clone()) {
+            continue;
+        }
+        found.push(Hierarchy {
+            sandbox: m.mount_point.join(relative),
+            home: m.mount_point.join(own.trim_start_matches('/')),
+        });
+    }
+    (!found.is_empty()).then_some(found)
+}
+
+/// Makes the sandbox's cgroup, and in the cpuset hierarchy gives every new
+/// level its parent's cpus and mems (a task cannot join an empty cpuset).
+fn make_cgroup(dir: &Path) -> Result<()> {
+    let ctx = |what: &str| format!("make cgroup {}: {what}", dir.display());
+    fs::create_dir_all(dir).map_err(|e| RuntimeError::io(ctx("mkdir"), e))?;
+    if !dir.join("cpuset.cpus").exists() {
+        return Ok(());
+    }
+    let levels: Vec<&Path> = dir
+        .ancestors()
+        .take_while(|p| p.join("cpuset.cpus").exists())
+        .collect();
+    for pair in levels.windows(2).rev() {
+        let (child, parent) = (pair[0], pair[1]);
+        for file in ["cpuset.cpus", "cpuset.mems"] {
+            let read = |p: &Path| {
+                fs::read_to_string(p.join(file))
+                    .map_err(|e| RuntimeError::io(ctx(&format!("read {}", p.display())), e))
+            };
+            if read(child)?.trim().is_empty() {
+                fs::write(child.join(file), read(parent)?)
+                    .map_err(|e| RuntimeError::io(ctx(&format!("write {file}")), e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// This process in a mount namespace of its own until [`Self::leave`]
+/// (or drop) takes it back, with its working directory.
+struct PrivateMounts {
+    host: File,
+    cwd: File,
+    left: bool,
+}
+
+impl PrivateMounts {
+    /// `None` when this process has other threads: they share its
+    /// filesystem context, so the kernel refuses it a mount namespace.
+    fn enter() -> Result<Option<Self>> {
+        let ctx =
+            |step: &str| format!("a private mount namespace for the cgroup placement: {step}");
+        let host = File::open("/proc/thread-self/ns/mnt")
+            .map_err(|e| RuntimeError::io(ctx("open /proc/thread-self/ns/mnt"), e))?;
+        let cwd = File::open(".").map_err(|e| RuntimeError::io(ctx("open ."), e))?;
+        match unshare(CloneFlags::CLONE_NEWNS) {
+            Ok(()) => {}
+            Err(nix::Error::EINVAL) => return Ok(None),
+            Err(e) => return Err(RuntimeError::sys(ctx("unshare"), e)),
+        }
+        let ns = PrivateMounts {
+            host,
+            cwd,
+            left: false,
+        };
+        mount(
+            None::<&str>,
+            "/",
+            None::<&str>,
+            MsFlags::MS_REC | MsFlags::MS_SLAVE,
+            None::<&str>,
+        )
+        .map_err(|e| RuntimeError::sys(ctx("make / a slave"), e))?;
+        Ok(Some(ns))
+    }
+
+    fn leave(mut self) -> Result<()> {
+        self.left = true;
+        self.back()
+    }
+
+    fn back(&self) -> Result<()> {
+        let ctx = |step: &str| format!("return to the host's mount namespace: {step}");
+        setns(self.host.as_fd(), CloneFlags::CLONE_NEWNS)
+            .map_err(|e| RuntimeError::sys(ctx("setns"), e))?;
+        nix::unistd::fchdir(self.cwd.as_raw_fd()).map_err(|e| RuntimeError::sys(ctx("fchdir"), e))
+    }
+}
+
+impl Drop for PrivateMounts {
+    fn drop(&mut self) {
+        if !self.left {
+            if let Err(e) = self.back() {
+                tracing::error!("{e}");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use runsbx_image::mountinfo::MountEntry;
+
+    fn cg(mount_point: &str, root: &str) -> MountEntry {
+        MountEntry {
+            root: root.into(),
+            mount_point: mount_point.into(),
+            fstype: "cgroup".into(),
+            source: "cgroup".into(),
+            super_options: "rw".into(),
+        }
+    }
+
+    const OWN: &str =
+        "12:pids:/user.slice\n4:memory:/m/n\n3:cpu,cpuacct:/\n1:name=systemd:/x\n0::/";
+
+    #[test]
+    fn the_hierarchies_libcontainer_uses() {
+        let mounts = [
+            cg("/sys/fs/cgroup/systemd", "/"),
+            cg("/sys/fs/cgroup/cpu,cpuacct", "/"),
+            cg("/sys/fs/cgroup/memory", "/"),
+            cg("/sys/fs/cgroup/pids", "/"),
+            // Not listed for this process: skipped, as libcontainer does.
+            cg("/sys/fs/cgroup/freezer", "/"),
+        ];
+        let found = hierarchies(&mounts, OWN, Path::new("/runsbx/a-1"));
+        let h = |s: &str, home: &str| Hierarchy {
+            sandbox: s.into(),
+            home: home.into(),
+        };
+        assert_eq!(
+            found,
+            Some(vec![
+                h(
+                    "/sys/fs/cgroup/cpu,cpuacct/runsbx/a-1",
+                    "/sys/fs/cgroup/cpu,cpuacct/"
+                ),
+                h(
+                    "/sys/fs/cgroup/memory/runsbx/a-1",
+                    "/sys/fs/cgroup/memory/m/n"
+                ),
+                h(
+                    "/sys/fs/cgroup/pids/runsbx/a-1",
+                    "/sys/fs/cgroup/pids/user.slice"
+                ),
+            ])
+        );
+    }
+
+    #[test]
+    fn where_it_would_guess_it_does_not_apply() {
+        let mounts = [cg("/sys/fs/cgroup/pids", "/")];
+        for path in ["runsbx/a", "/", "/runsbx/../a"] {
+            assert_eq!(hierarchies(&mounts, OWN, Path::new(path)), None, "{path}");
+        }
+        // A hierarchy mounted below its root (inside a container).
+        let inner = [cg("/sys/fs/cgroup/pids", "/docker/abc")];
+        assert_eq!(hierarchies(&inner, OWN, Path::new("/runsbx/a")), None);
+        // No v1 hierarchy at all.
+        assert_eq!(hierarchies(&[], OWN, Path::new("/runsbx/a")), None);
+    }
+}
