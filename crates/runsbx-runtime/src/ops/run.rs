@@ -4,7 +4,7 @@ use crate::error::Result;
 use crate::ops::create::{build, CreateOptions};
 use crate::sandbox::network::recheck_network;
 use crate::sandbox::supervisor;
-use crate::sandbox::teardown::destroy;
+use crate::sandbox::teardown::{destroy, destroy_reaped};
 use crate::state::container::{init_pid, load, op_err};
 use crate::state::root::StateRoot;
 use crate::sys::{signal, userns};
@@ -41,6 +41,7 @@ pub fn run(
     // and `exec` on it must work meanwhile.
     drop(lock);
     let status = guard.wait_forwarding(pid);
+    let reaped = status.is_ok();
     // Ended by its deadline: the code `runsbx call` gives a timeout.
     let status = match supervisor::ended(root, id).as_deref() {
         Some(supervisor::TIMED_OUT) => Ok(crate::error::call_exit::TIMED_OUT),
@@ -49,7 +50,14 @@ pub fn run(
     if !keep {
         let _lock = root.lock(id)?;
         if let Ok(mut container) = load(root, id) {
-            destroy(root, &mut container)?;
+            if reaped {
+                // No process of its pid namespace is left: the teardown a
+                // call uses, without the cgroup manager libcontainer's
+                // delete would build.
+                destroy_reaped(root, &mut container)?;
+            } else {
+                destroy(root, &mut container)?;
+            }
         }
     }
     status
