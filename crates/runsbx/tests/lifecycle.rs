@@ -316,7 +316,8 @@ as_root_and_rootless!(RUNSBX, cgroup_commands: cgroup_commands_as_root, cgroup_c
 /// libcontainer's own `cgroup.procs` writes (each a wait for an RCU grace
 /// period) land in a plain file in a mount namespace of runsbx's own. The
 /// sandbox ends up where libcontainer would have put it, and runsbx leaves
-/// with its own cgroups and mount namespace as they were.
+/// with its own cgroups and mount namespace as they were. An exec'd
+/// process is placed the same way.
 #[test]
 fn the_sandbox_is_forked_into_its_cgroups() {
     if !kit::is_root() {
@@ -359,6 +360,23 @@ fn the_sandbox_is_forked_into_its_cgroups() {
         assert!(
             written.trim().parse::<u32>().is_ok(),
             "{sink:?}: {written:?}"
+        );
+        // An exec'd process is forked into the same cgroups, by another
+        // intermediate process whose write lands in the same file.
+        let pid_file = fx.dir.path().join("exec.pid");
+        let mut exec = fx.cmd(["exec", "--detach", "--pid-file"]);
+        exec.arg(&pid_file).args(["c1", "sleep", "1000"]);
+        kit::output_via_files(&mut exec).ok();
+        let exec_pid = read(pid_file.to_string_lossy().into_owned());
+        assert_eq!(
+            v1(&read(format!("/proc/{}/cgroup", exec_pid.trim()))),
+            v1(&read(format!("/proc/{init}/cgroup"))),
+            "the exec'd process's cgroups"
+        );
+        let again = read(sink.to_string_lossy().into_owned());
+        assert!(
+            again.trim().parse::<u32>().is_ok() && again != written,
+            "{sink:?}: {again:?}"
         );
     }
     let pid = runsbx.id();

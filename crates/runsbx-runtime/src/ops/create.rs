@@ -250,12 +250,20 @@ fn build_from(
             root, id, req.opts, req.detach, &effective, req.stdio, req.stub,
         )
     };
-    let mut container = match shadow {
-        None => match fast_attach(&spec, &effective)? {
-            Some(attach) => attach.build(build)?,
-            None => build()?,
-        },
-        Some(_) => build()?,
+    let entered = match shadow {
+        None => fast_attach(&spec, &effective)?
+            .map(FastAttach::enter)
+            .transpose()?
+            .flatten(),
+        Some(_) => None,
+    };
+    let mut container = match entered {
+        Some(entered) => {
+            let built = entered.build(build);
+            entered.leave()?;
+            built?
+        }
+        None => build()?,
     };
     // While runsbx still sees the rootfs it was built from.
     fill_tmpfs(&container, &spec, &hardened.tmpcopyup)?;
@@ -402,6 +410,10 @@ fn claim_cgroup(
     Ok((None, false))
 }
 
+/// Where libcontainer's own `cgroup.procs` writes go instead (see
+/// sys/cgroup_attach.rs), in the effective bundle.
+pub(crate) const SINK: &str = "cgroup.procs.sink";
+
 /// As root on a cgroup v1 host, the sandbox's first process is forked into
 /// its cgroups rather than moved there (see sys/cgroup_attach.rs).
 fn fast_attach(spec: &Spec, effective: &bundle::Effective) -> Result<Option<FastAttach>> {
@@ -416,7 +428,7 @@ fn fast_attach(spec: &Spec, effective: &bundle::Effective) -> Result<Option<Fast
         .as_ref()
         .and_then(|r| r.pids().as_ref())
         .map(|p| p.limit());
-    FastAttach::prepare(path, pids, effective.dir.join("cgroup.procs.sink"))
+    FastAttach::prepare(path, pids, effective.dir.join(SINK), true)
 }
 
 /// libcontainer builds the container from the effective bundle: its

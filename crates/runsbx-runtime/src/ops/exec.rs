@@ -5,6 +5,7 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 
 use libcontainer::container::builder::ContainerBuilder;
+use libcontainer::container::{Container, ContainerStatus};
 use libcontainer::syscall::syscall::SyscallType;
 
 use crate::error::{Result, RuntimeError};
@@ -13,6 +14,7 @@ use crate::sandbox::exec_guard::ExecGuard;
 use crate::sandbox::network::recheck_network;
 use crate::state::container::{init_pid, load, op_err, status_name};
 use crate::state::root::StateRoot;
+use crate::sys::cgroup_attach::{Entered, FastAttach};
 use crate::sys::signal::SignalGuard;
 use crate::sys::{cgroupless, privilege};
 
@@ -79,11 +81,31 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
         }
         return Err(e);
     }
+    // As root on cgroup v1 the process is forked into the sandbox's cgroups
+    // (sys/cgroup_attach.rs): the mounts that needs are made here, before
+    // the user namespace join, after which runsbx could not make them.
+    let entered = match fast_attach(&container, &effective.spec, opts) {
+        Ok(entered) => entered,
+        Err(e) => {
+            if let Some(p) = &process_file {
+                let _ = std::fs::remove_file(&p.file);
+            }
+            return Err(e);
+        }
+    };
     // Last: once in the sandbox's user namespace, runsbx has no privilege
     // over the host's mounts, only over the sandbox's namespaces.
     join_user_namespace_of(init)?;
     let file = process_file.as_ref().map(|p| p.file.as_path());
-    let pid = libcontainer_exec(root, id, opts, guard, file);
+    let pid = match &entered {
+        Some(entered) => entered.build(|| libcontainer_exec(root, id, opts, guard, file)),
+        None => libcontainer_exec(root, id, opts, guard, file),
+    };
+    // No way back to the host's mount namespace from the sandbox's user
+    // namespace; this process makes no mount before it ends.
+    if let Some(entered) = entered {
+        entered.stay();
+    }
     if let Some(f) = file {
         let _ = std::fs::remove_file(f);
     }
@@ -174,6 +196,37 @@ fn check_cwd(id: &str, init: nix::unistd::Pid, cwd: Option<&Path>) -> Result<()>
             format!("does not exist in container `{id}` (chdir: no such file or directory); give one that exists in it"),
         )),
     }
+}
+
+/// For a running container whose cgroups runsbx manages (and no `--cgroup`
+/// sub-cgroup): the exec'd process forked into them (sys/cgroup_attach.rs).
+/// Never for a paused one: the thread that forks it would join a frozen
+/// cgroup.
+fn fast_attach(
+    container: &Container,
+    spec: &libcontainer::oci_spec::runtime::Spec,
+    opts: &ExecOptions,
+) -> Result<Option<Entered>> {
+    if !privilege::can_manage_cgroups()
+        || opts.sub_cgroup.is_some()
+        || container.status() != ContainerStatus::Running
+    {
+        return Ok(None);
+    }
+    let config = container
+        .spec()
+        .map_err(|e| op_err("read config of", container.id(), e))?;
+    let pids = spec
+        .linux()
+        .as_ref()
+        .and_then(|l| l.resources().as_ref())
+        .and_then(|r| r.pids().as_ref())
+        .map(|p| p.limit());
+    let sink = container.bundle().join(crate::ops::create::SINK);
+    FastAttach::prepare(&config.cgroup_path, pids, sink, false)?
+        .map(FastAttach::enter)
+        .transpose()
+        .map(Option::flatten)
 }
 
 /// libcontainer's tenant builder starts the process in the container's

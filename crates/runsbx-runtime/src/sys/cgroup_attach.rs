@@ -21,6 +21,10 @@
 //!   limits and device rules are written to the real cgroup as before,
 //! - moves that thread back, and returns to the host's mount namespace.
 //!
+//! `exec` does the same with the sandbox's existing cgroups; it joins the
+//! sandbox's user namespace before it builds, so it cannot return to the
+//! host's mount namespace and stays in its own until it ends.
+//!
 //! The sandbox's processes end up in exactly the cgroups libcontainer
 //! would have put them in; only the lock is skipped. Where any of this does
 //! not apply (cgroup v2, a relative cgroup path, a hierarchy not mounted at
@@ -88,11 +92,14 @@ pub(crate) struct FastAttach {
 impl FastAttach {
     /// For a sandbox whose cgroup path is `cgroup_path` (absolute, as
     /// runsbx gives it), with `sink` a path where a plain file may be made.
-    /// `None` where libcontainer should join the cgroups itself.
+    /// `None` where libcontainer should join the cgroups itself. With
+    /// `make`, the cgroups are made (a create); without, they must exist
+    /// (an exec).
     pub(crate) fn prepare(
         cgroup_path: &Path,
         pids_limit: Option<i64>,
         sink: PathBuf,
+        make: bool,
     ) -> Result<Option<FastAttach>> {
         if !matches!(
             privilege::cgroup_layout(),
@@ -109,18 +116,22 @@ impl FastAttach {
             return Ok(None);
         };
         for h in &hierarchies {
-            make_cgroup(&h.sandbox)?;
+            if make {
+                make_cgroup(&h.sandbox)?;
+            } else if !h.sandbox.is_dir() {
+                return Ok(None);
+            }
         }
         fs::write(&sink, "")
             .map_err(|e| RuntimeError::io(format!("create {}", sink.display()), e))?;
         Ok(Some(FastAttach { hierarchies, sink }))
     }
 
-    /// Runs `build` (which forks libcontainer's intermediate process) from
-    /// a thread placed in the sandbox's cgroups, as the module comment
-    /// says. When this process cannot have a mount namespace of its own
-    /// (it has other threads), `build` runs as it is.
-    pub(crate) fn build<T: Send>(self, build: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    /// Opens the `tasks` files, enters a mount namespace of this process's
+    /// own and binds the sink over each `cgroup.procs` there. `None` when
+    /// this process has other threads (they share its filesystem context,
+    /// so the kernel refuses it a mount namespace of its own).
+    pub(crate) fn enter(self) -> Result<Option<Entered>> {
         let ctx = |step: &str| format!("place the sandbox in its cgroups: {step}");
         let open_tasks = |dir: &Path| {
             OpenOptions::new()
@@ -135,7 +146,7 @@ impl FastAttach {
             back.push(open_tasks(&h.home)?);
         }
         let Some(ns) = PrivateMounts::enter()? else {
-            return build();
+            return Ok(None);
         };
         for h in &self.hierarchies {
             let procs = h.sandbox.join("cgroup.procs");
@@ -148,22 +159,57 @@ impl FastAttach {
             )
             .map_err(|e| RuntimeError::sys(ctx(&format!("bind over {}", procs.display())), e))?;
         }
-        let built = std::thread::scope(|s| {
+        Ok(Some(Entered { into, back, ns }))
+    }
+}
+
+/// In the private mount namespace, with the sinks bound.
+#[derive(Debug)]
+pub(crate) struct Entered {
+    /// The sandbox's `tasks` files, opened as this process's own user
+    /// (cgroup v1 checks a move against the opener's credentials).
+    into: Vec<File>,
+    /// The `tasks` files of this process's own cgroups.
+    back: Vec<File>,
+    ns: PrivateMounts,
+}
+
+impl Entered {
+    /// Runs `build` (which forks libcontainer's intermediate process) from
+    /// a thread placed in the sandbox's cgroups, as the module comment
+    /// says.
+    pub(crate) fn build<T: Send>(&self, build: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+        let ctx = |step: &str| format!("place the sandbox in its cgroups: {step}");
+        std::thread::scope(|s| {
             s.spawn(|| {
-                move_self(&into).map_err(|e| RuntimeError::io(ctx("join its cgroups"), e))?;
+                if let Err(e) = move_self(&self.into) {
+                    // Whatever it joined, it leaves.
+                    let _ = move_self(&self.back);
+                    return Err(RuntimeError::io(ctx("join its cgroups"), e));
+                }
                 let built = build();
                 // Out again before the thread ends, whatever the build did:
                 // the sandbox's cgroups must hold only its own processes.
-                let left = move_self(&back);
+                let left = move_self(&self.back);
                 let built = built?;
                 left.map_err(|e| RuntimeError::io(ctx("leave its cgroups"), e))?;
                 Ok(built)
             })
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        });
-        ns.leave()?;
-        built
+        })
+    }
+
+    /// Back in the mount namespace this process came from.
+    pub(crate) fn leave(self) -> Result<()> {
+        self.ns.leave()
+    }
+
+    /// Stays in the private mount namespace, for a process that has since
+    /// joined a user namespace from which it cannot go back, and that
+    /// makes no mount of its own before it ends (`exec`).
+    pub(crate) fn stay(mut self) {
+        self.ns.left = true;
     }
 }
 
@@ -257,6 +303,7 @@ fn make_cgroup(dir: &Path) -> Result<()> {
 
 /// This process in a mount namespace of its own until [`Self::leave`]
 /// (or drop) takes it back, with its working directory.
+#[derive(Debug)]
 struct PrivateMounts {
     host: File,
     cwd: File,
@@ -264,8 +311,7 @@ struct PrivateMounts {
 }
 
 impl PrivateMounts {
-    /// `None` when this process has other threads: they share its
-    /// filesystem context, so the kernel refuses it a mount namespace.
+    /// `None` when this process has other threads.
     fn enter() -> Result<Option<Self>> {
         let ctx =
             |step: &str| format!("a private mount namespace for the cgroup placement: {step}");
