@@ -328,14 +328,8 @@ impl PrivateMounts {
             cwd,
             left: false,
         };
-        mount(
-            None::<&str>,
-            "/",
-            None::<&str>,
-            MsFlags::MS_REC | MsFlags::MS_SLAVE,
-            None::<&str>,
-        )
-        .map_err(|e| RuntimeError::sys(ctx("make / a slave"), e))?;
+        crate::sys::cgroupless::slave_mounts()
+            .map_err(|e| RuntimeError::sys(ctx("make its mounts slaves"), e))?;
         Ok(Some(ns))
     }
 

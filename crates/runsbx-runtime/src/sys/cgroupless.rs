@@ -76,6 +76,12 @@ pub fn enter_for_exec(init: Pid, cgroup_path: &Path) -> Result<Shadow> {
 /// nothing mounted propagates back to the one it came from.
 pub(crate) fn private_mount_namespace() -> nix::Result<()> {
     unshare(CloneFlags::CLONE_NEWNS)?;
+    slave_mounts()
+}
+
+/// Makes every mount of this (new) mount namespace a slave of the one it
+/// was copied from: what is mounted here does not propagate back.
+pub(crate) fn slave_mounts() -> nix::Result<()> {
     mount(
         None::<&str>,
         "/",
