@@ -20,7 +20,7 @@ use crate::state::container::{init_pid, op_err, owner, runsbx_cgroup_path, stage
 use crate::state::ids;
 use crate::state::root::{IdLock, StateRoot};
 use crate::state::{bundle, cgroup_claim};
-use crate::sys::cgroup_attach::FastAttach;
+use crate::sys::cgroup_attach::{pids_limit, FastAttach};
 use crate::sys::{cgroupless, copyup, netns, privilege, stage, userns};
 
 /// What `create` and `run` are given besides the id.
@@ -417,18 +417,14 @@ pub(crate) const SINK: &str = "cgroup.procs.sink";
 /// As root on a cgroup v1 host, the sandbox's first process is forked into
 /// its cgroups rather than moved there (see sys/cgroup_attach.rs).
 fn fast_attach(spec: &Spec, effective: &bundle::Effective) -> Result<Option<FastAttach>> {
-    let Some(linux) = spec.linux() else {
-        return Ok(None);
-    };
-    let Some(path) = linux.cgroups_path() else {
-        return Ok(None);
-    };
-    let pids = linux
-        .resources()
+    let Some(path) = spec
+        .linux()
         .as_ref()
-        .and_then(|r| r.pids().as_ref())
-        .map(|p| p.limit());
-    FastAttach::prepare(path, pids, effective.dir.join(SINK), true)
+        .and_then(|l| l.cgroups_path().as_ref())
+    else {
+        return Ok(None);
+    };
+    FastAttach::prepare(path, pids_limit(spec), effective.dir.join(SINK), true)
 }
 
 /// libcontainer builds the container from the effective bundle: its

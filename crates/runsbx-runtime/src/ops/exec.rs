@@ -14,7 +14,7 @@ use crate::sandbox::exec_guard::ExecGuard;
 use crate::sandbox::network::recheck_network;
 use crate::state::container::{init_pid, load, op_err, status_name};
 use crate::state::root::StateRoot;
-use crate::sys::cgroup_attach::{Entered, FastAttach};
+use crate::sys::cgroup_attach::{pids_limit, Entered, FastAttach};
 use crate::sys::signal::SignalGuard;
 use crate::sys::{cgroupless, privilege};
 
@@ -216,14 +216,8 @@ fn fast_attach(
     let config = container
         .spec()
         .map_err(|e| op_err("read config of", container.id(), e))?;
-    let pids = spec
-        .linux()
-        .as_ref()
-        .and_then(|l| l.resources().as_ref())
-        .and_then(|r| r.pids().as_ref())
-        .map(|p| p.limit());
     let sink = container.bundle().join(crate::ops::create::SINK);
-    FastAttach::prepare(&config.cgroup_path, pids, sink, false)?
+    FastAttach::prepare(&config.cgroup_path, pids_limit(spec), sink, false)?
         .map(FastAttach::enter)
         .transpose()
         .map(Option::flatten)

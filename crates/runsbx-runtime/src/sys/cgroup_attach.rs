@@ -4,7 +4,7 @@
 //! Writing a pid to a v1 `cgroup.procs` file moves a whole thread group, so
 //! the kernel takes its global `cgroup_threadgroup_rwsem` for writing, and
 //! the first writer after a quiet moment waits for a full RCU grace period
-//! (7-15 ms on these machines, with both CPUs idle). libcontainer's
+//! (7-15 ms measured on a 2-core VM, with both CPUs idle). libcontainer's
 //! intermediate process does exactly that when it joins the sandbox's
 //! cgroups: it was half of a cold `runsbx run`. A thread that moves only
 //! itself (`0` written to `tasks`) is exempt from that lock, and a process
@@ -28,8 +28,9 @@
 //! The sandbox's processes end up in exactly the cgroups libcontainer
 //! would have put them in; only the lock is skipped. Where any of this does
 //! not apply (cgroup v2, a relative cgroup path, a hierarchy not mounted at
-//! its root, a process with other threads), libcontainer joins the cgroups
-//! itself.
+//! its root, a pids limit under [`MIN_PIDS_LIMIT`], a process with other
+//! threads; for `exec`, a paused sandbox or a sub-cgroup), libcontainer
+//! joins the cgroups itself.
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
@@ -72,6 +73,15 @@ const CONTROLLERS: &[(&str, &[&str])] = &[
 /// init). Below this limit libcontainer joins the cgroups itself, so that
 /// the thread never takes a task the sandbox was given.
 const MIN_PIDS_LIMIT: i64 = 16;
+
+/// The pids limit `spec` gives its sandbox, for [`FastAttach::prepare`].
+pub(crate) fn pids_limit(spec: &libcontainer::oci_spec::runtime::Spec) -> Option<i64> {
+    spec.linux()
+        .as_ref()
+        .and_then(|l| l.resources().as_ref())
+        .and_then(|r| r.pids().as_ref())
+        .map(|p| p.limit())
+}
 
 /// One hierarchy the sandbox joins.
 #[derive(Debug, Clone, PartialEq, Eq)]
