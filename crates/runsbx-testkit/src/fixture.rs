@@ -223,8 +223,41 @@ impl Fixture {
             .collect()
     }
 
+    /// cgroups of this fixture's containers. As root, runsbx names each
+    /// `runsbx/<key>-<id>` in every hierarchy, `<key>` being the FNV-1a
+    /// hash of the state root's path in 8 hex digits (runsbx-runtime's
+    /// `stage_key`), so other fixtures' cgroups never match.
+    pub fn stray_cgroups(&self) -> Vec<String> {
+        let key = self
+            .state
+            .as_os_str()
+            .as_encoded_bytes()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
+                (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+            }) as u32;
+        let prefix = format!("{key:08x}-");
+        let mut parents = vec![PathBuf::from("/sys/fs/cgroup/runsbx")];
+        for h in fs::read_dir("/sys/fs/cgroup")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            parents.push(h.path().join("runsbx"));
+        }
+        let mut found = Vec::new();
+        for parent in parents {
+            for e in fs::read_dir(&parent).into_iter().flatten().flatten() {
+                if e.file_name().to_string_lossy().starts_with(&prefix) {
+                    found.push(e.path().display().to_string());
+                }
+            }
+        }
+        found
+    }
+
     /// Asserts nothing of this fixture's containers is left on the host:
-    /// no state, no process, no mount.
+    /// no state, no process, no mount, no cgroup.
     pub fn assert_clean(&self) {
         assert_eq!(self.leftovers(), Vec::<String>::new(), "state left behind");
         assert_eq!(
@@ -236,6 +269,11 @@ impl Fixture {
             self.stray_mounts(),
             Vec::<String>::new(),
             "mounts left behind"
+        );
+        assert_eq!(
+            self.stray_cgroups(),
+            Vec::<String>::new(),
+            "cgroups left behind"
         );
     }
 

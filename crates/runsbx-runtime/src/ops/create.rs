@@ -14,7 +14,7 @@ use crate::error::{Result, RuntimeError};
 use crate::policy::{self, Policy};
 use crate::sandbox::egress;
 use crate::sandbox::supervisor::{self, Duties};
-use crate::sandbox::teardown::{destroy, release_host_side};
+use crate::sandbox::teardown::destroy;
 use crate::sandbox::workspace::Workspace;
 use crate::state::container::{init_pid, op_err, owner, runsbx_cgroup_path, stage_key};
 use crate::state::ids;
@@ -167,17 +167,15 @@ pub(crate) fn build_or_clean(
     let result = build_from(root, id, source, req);
     if result.is_err() {
         // libcontainer cleans up after most failures; make sure no state,
-        // staged mount, id range or process outlives a failed create.
+        // staged mount, id range, process or cgroup outlives a failed
+        // create. (libcontainer's own removal of the cgroup fails while
+        // runsbx's building thread is still in it: sys/cgroup_attach.rs.)
         if root.exists(id) {
             if let Ok(mut c) = Container::load(root.container_dir(id)) {
                 let _ = destroy(root, &mut c);
             }
         }
-        let dir = root.container_dir(id);
-        if dir.exists() {
-            let _ = std::fs::remove_dir_all(&dir);
-        }
-        let _ = release_host_side(root, id);
+        crate::sandbox::teardown::forget(root, id);
     }
     result
 }
