@@ -491,8 +491,8 @@ fn sigkill_leaves_nothing(fx: Fixture) {
 as_root_and_rootless!(RUNSBX, sigkill_leaves_nothing: sigkill_as_root, sigkill_rootless);
 
 /// The cgroups and id slots runsbx holds on the host for this fixture's
-/// state root (as root; rootless runsbx makes neither): its cgroups are
-/// named `<hash of the state root>-<id>`, its slots name the state root.
+/// state root (as root; rootless runsbx makes neither): its cgroups (see
+/// `Fixture::stray_cgroups`) and the id slots that name the state root.
 fn host_resources(fx: &Fixture) -> BTreeSet<String> {
     let entries = |dir: &str| -> Vec<String> {
         fs::read_dir(dir)
@@ -503,25 +503,7 @@ fn host_resources(fx: &Fixture) -> BTreeSet<String> {
             })
             .unwrap_or_default()
     };
-    // FNV-1a of the state root's path, as runsbx names the cgroups of a
-    // state root other than the default.
-    let hash = fx
-        .state
-        .as_os_str()
-        .as_encoded_bytes()
-        .iter()
-        .fold(0xcbf2_9ce4_8422_2325_u64, |h, b| {
-            (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-        }) as u32;
-    let prefix = format!("{hash:08x}-");
-    let mut all = BTreeSet::new();
-    for h in entries("/sys/fs/cgroup") {
-        all.extend(
-            entries(&format!("{h}/runsbx"))
-                .into_iter()
-                .filter(|c| c.rsplit('/').next().is_some_and(|n| n.starts_with(&prefix))),
-        );
-    }
+    let mut all: BTreeSet<String> = fx.stray_cgroups().into_iter().collect();
     let state = fx.state.to_string_lossy().into_owned();
     all.extend(
         entries("/run/runsbx-ids")
