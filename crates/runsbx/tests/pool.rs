@@ -220,20 +220,25 @@ as_root_and_rootless!(RUNSBX, a_sandbox_runs_one_call: once_as_root, once_rootle
 
 /// A waiting sandbox's stub holds its stdio and the socket its command
 /// comes on: nothing of what runsbx had open when it built the sandbox.
+/// On x86_64 it waits in runsbx-stub, exec'd from a sealed memfd, whose
+/// few pages are all the command's exec has to tear down.
 fn a_waiting_stub_holds_only_its_socket(fx: Fixture) {
     let pool = Serve::start(&fx, 1);
     let serve = pool.child.id() as i32;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let waits_in_stub = cfg!(target_arch = "x86_64");
+    let is_stub = |pid: i32| match fs::read_link(format!("/proc/{pid}/exe")) {
+        Ok(exe) if waits_in_stub => exe.to_str() == Some("/memfd:runsbx-stub (deleted)"),
+        _ => comm_of(pid) == "youki:[2:INIT]",
+    };
     let mut held = Vec::new();
-    loop {
-        let stub = descendants(serve)
-            .into_iter()
-            .find(|pid| comm_of(*pid) == "youki:[2:INIT]");
+    let stub = loop {
+        let stub = descendants(serve).into_iter().find(|pid| is_stub(*pid));
         if let Some(stub) = stub {
             held = fds_of(stub);
             // While libcontainer builds it, the init holds a dozen more.
             if held.len() == 4 {
-                break;
+                break stub;
             }
         }
         assert!(
@@ -241,10 +246,23 @@ fn a_waiting_stub_holds_only_its_socket(fx: Fixture) {
             "no stub of the pool came down to 4 fds in 30 s; the last one seen held {held:?}"
         );
         std::thread::sleep(Duration::from_millis(50));
-    }
+    };
     let numbers: Vec<i32> = held.iter().map(|(fd, _)| *fd).collect();
     assert_eq!(&numbers[..3], [0, 1, 2], "{held:?}");
     assert!(held[3].1.starts_with("socket:"), "{held:?}");
+    if waits_in_stub {
+        let status = fs::read_to_string(format!("/proc/{stub}/status")).unwrap();
+        let rss_kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(u64::MAX);
+        // A fork of runsbx holds megabytes.
+        assert!(
+            rss_kb <= 256,
+            "the waiting stub holds {rss_kb} kB:\n{status}"
+        );
+    }
     pool.close();
     fx.assert_clean();
 }

@@ -172,7 +172,7 @@ fn run(
     let template = match hold {
         Some(_) => {
             let pair = stub::Pair::new()?;
-            sandbox.stub = Some((pair.stub, pair.stub_end));
+            sandbox.stub = Some((pair.stub, pair.inherited));
             let made = warm::Made {
                 rootfs: sandbox.rootfs.clone(),
                 image_env: image
@@ -392,7 +392,7 @@ impl<'a> Sandbox<'a> {
             secrets: &plan.secrets,
         };
         let built = create::build_or_clean(root, id, &source, req, lock)?;
-        // The init holds its own copy of the stub's end now.
+        // The init holds its own copies of the stub's fds now.
         drop(stub);
         let sandbox = Self {
             built,

@@ -44,9 +44,9 @@ pub(crate) struct SandboxPlan {
     /// The call's options the policy tightens the profile by.
     pub overrides: Overrides,
     pub policy: Policy,
-    /// A warm call's: the stub its init waits on, and the stub's end of
-    /// the socket, held until the init is cloned (see sandbox/stub.rs).
-    pub stub: Option<(crate::sandbox::stub::Stub, OwnedFd)>,
+    /// A warm call's: the stub its init waits on, and the fds it
+    /// inherits, held until the init is cloned (see sandbox/stub.rs).
+    pub stub: Option<(crate::sandbox::stub::Stub, crate::sandbox::stub::Inherited)>,
     /// The call's `--secret`s, for its proxy.
     pub secrets: Vec<runsbx_proxy::Secret>,
     /// The socket the sandbox's seccomp denials are reported to, bound

@@ -7,10 +7,20 @@
 //! run in the init after every hardening step. It reads one command from a
 //! socket whose other end runsbx keeps ([`Link`]): the arguments, the
 //! environment and the stdin fd (SCM_RIGHTS), and execs it as the default
-//! executor execs a spec's (the environment replaced, then `execvp`). The socket is close-on-exec, so runsbx
-//! reads EOF when the exec succeeded and the reason when it failed. Nothing
-//! else ever reaches the stub: it is the only process in the sandbox, and
-//! it takes one command, once.
+//! executor execs a spec's (the environment replaced, then `execvp`). The
+//! socket is close-on-exec, so runsbx reads EOF when the exec succeeded
+//! and the reason when it failed. Nothing else ever reaches the stub: it is
+//! the only process in the sandbox, and it takes one command, once.
+//!
+//! The init is a fork of runsbx, and the command's exec would first tear
+//! down that whole address space (thousands of pages: more than half a
+//! millisecond, while the caller waits). So the stub first execs
+//! runsbx-stub (stub/main.rs, built by build.rs and embedded), a
+//! few-page static program that waits and execs the same way, from a
+//! sealed memfd: that teardown is paid before the command is asked for.
+//! Where that cannot be (no such program for this architecture, a kernel
+//! that refuses to exec a memfd, a seccomp profile without `execveat`),
+//! the stub waits in the init as it is.
 
 use std::ffi::CString;
 use std::io::{IoSlice, IoSliceMut, Read, Write};
@@ -32,10 +42,15 @@ use crate::error::{Result, RuntimeError};
 /// kernel's own limit on what execve passes is smaller.
 const MAX_COMMAND: usize = 8 << 20;
 
-/// The executor of a warm sandbox's init: waits on `fd` for its command.
+/// runsbx-stub, for this architecture (empty where there is none).
+const WAITER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/runsbx-stub"));
+
+/// The executor of a warm sandbox's init: waits on `fd` for its command,
+/// in runsbx-stub exec'd from `waiter` if it can.
 #[derive(Clone, Debug)]
 pub(crate) struct Stub {
     fd: RawFd,
+    waiter: Option<RawFd>,
 }
 
 /// runsbx's end of a stub's socket.
@@ -43,12 +58,19 @@ pub(crate) struct Link {
     sock: UnixStream,
 }
 
-/// A new stub and the link to it. The stub's end must stay open until
-/// the init has been cloned, then be dropped ([`Pair::stub_end`]).
+/// The fds a stub's init inherits from runsbx: its end of the socket and
+/// runsbx-stub's memfd. runsbx holds them until the init has been cloned.
+pub(crate) struct Inherited {
+    _socket: OwnedFd,
+    _waiter: Option<OwnedFd>,
+}
+
+/// A new stub and the link to it. The stub's fds must stay open until the
+/// init has been cloned, then be dropped ([`Pair::inherited`]).
 pub(crate) struct Pair {
     pub stub: Stub,
     pub link: Link,
-    pub stub_end: OwnedFd,
+    pub inherited: Inherited,
 }
 
 impl Pair {
@@ -60,23 +82,98 @@ impl Pair {
             SockFlag::SOCK_CLOEXEC,
         )
         .map_err(|e| RuntimeError::sys("socketpair for a warm sandbox's stub", e))?;
+        let waiter = waiter_memfd()?;
         Ok(Self {
             stub: Stub {
                 fd: theirs.as_raw_fd(),
+                waiter: waiter.as_ref().map(AsRawFd::as_raw_fd),
             },
             link: Link {
                 sock: UnixStream::from(ours),
             },
-            stub_end: theirs,
+            inherited: Inherited {
+                _socket: theirs,
+                _waiter: waiter,
+            },
         })
     }
+}
+
+/// runsbx-stub in a memfd sealed against any change, executable; `None`
+/// where there is no such program, or the kernel will not exec a memfd
+/// (vm.memfd_noexec = 2).
+fn waiter_memfd() -> Result<Option<OwnedFd>> {
+    if WAITER.is_empty() {
+        return Ok(None);
+    }
+    let name = c"runsbx-stub";
+    let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    // SAFETY: memfd_create takes a NUL-terminated name and flags; the fd
+    // it returns is owned here.
+    let open = |flags| unsafe { libc::memfd_create(name.as_ptr(), flags) };
+    // MFD_EXEC: executable even where memfds are not by default
+    // (vm.memfd_noexec = 1); kernels before 6.3 do not know the flag, and
+    // make every memfd executable.
+    let mut fd = open(flags | libc::MFD_EXEC);
+    if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+        fd = open(flags);
+    }
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return match e.raw_os_error() {
+            Some(libc::EACCES) => Ok(None),
+            _ => Err(RuntimeError::io("memfd_create for runsbx-stub", e)),
+        };
+    }
+    // SAFETY: a new fd, owned by nobody else.
+    let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+    file.write_all(WAITER)
+        .map_err(|e| RuntimeError::io("write runsbx-stub to its memfd", e))?;
+    // Nothing in the sandbox may change what its init execs: no write,
+    // no resize, no change of mode, no new seal.
+    let seals = libc::F_SEAL_WRITE
+        | libc::F_SEAL_SHRINK
+        | libc::F_SEAL_GROW
+        | libc::F_SEAL_EXEC
+        | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on an fd this function owns.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        let e = std::io::Error::last_os_error();
+        // Kernels before 6.3 do not know F_SEAL_EXEC: then only the mode
+        // may still change. That harms nothing: the memfd is this
+        // sandbox's alone, and once its command runs no fd of or link to
+        // it is left in the sandbox.
+        let without_exec = seals & !libc::F_SEAL_EXEC;
+        // SAFETY: as above.
+        if e.raw_os_error() != Some(libc::EINVAL)
+            || unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, without_exec) } < 0
+        {
+            return Err(RuntimeError::io(
+                "seal runsbx-stub's memfd",
+                std::io::Error::last_os_error(),
+            ));
+        }
+    }
+    Ok(Some(file.into()))
 }
 
 impl Link {
     /// Gives the stub its command; returns once it has exec'd it (or with
     /// why it could not).
     pub fn exec(&mut self, args: &[String], env: &[String], stdin: BorrowedFd<'_>) -> Result<()> {
-        let payload = encode(args, env);
+        let command = || {
+            format!(
+                "the command {:?}",
+                args.first().map(String::as_str).unwrap_or("")
+            )
+        };
+        if let Some(nul) = args.iter().chain(env).find(|s| s.contains('\0')) {
+            return Err(RuntimeError::invalid(
+                command(),
+                format!("{nul:?} holds a NUL byte, which no command can be given"),
+            ));
+        }
+        let payload = encode(args, &environment(env));
         if payload.len() > MAX_COMMAND {
             return Err(RuntimeError::invalid(
                 "the command",
@@ -111,14 +208,38 @@ impl Link {
         if said.is_empty() {
             return Ok(());
         }
-        Err(RuntimeError::invalid(
-            format!(
-                "the command {:?}",
-                args.first().map(String::as_str).unwrap_or("")
+        // runsbx-stub says an exec's errno as a zero byte and an i32.
+        let why = match said[..] {
+            [0, a, b, c, d] => format!(
+                "exec {:?}: {}",
+                args.first().map(String::as_str).unwrap_or(""),
+                nix::errno::Errno::from_raw(i32::from_le_bytes([a, b, c, d]))
             ),
-            String::from_utf8_lossy(&said).into_owned(),
-        ))
+            _ => String::from_utf8_lossy(&said).into_owned(),
+        };
+        Err(RuntimeError::invalid(command(), why))
     }
+}
+
+/// The environment as the init sets it before a spec's exec: `KEY=VALUE`
+/// entries only, each key once, where it first came, with its last value.
+/// Both stubs are given it so, whichever execs the command.
+fn environment(env: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::with_capacity(env.len());
+    let mut at = std::collections::HashMap::with_capacity(env.len());
+    for kv in env {
+        let Some((key, _)) = kv.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+            continue;
+        };
+        match at.get(key) {
+            Some(&i) => out[i] = kv.clone(),
+            None => {
+                at.insert(key, out.len());
+                out.push(kv.clone());
+            }
+        }
+    }
+    out
 }
 
 impl Executor for Stub {
@@ -133,7 +254,10 @@ impl Executor for Stub {
         // and the cost of the closing (the last reference to a detached
         // mount ends that mount, which waits for an RCU grace period) is
         // paid before the command is known, not while its caller waits.
-        close_all_but_stdio_and(self.fd);
+        close_all_but_stdio_and(&[Some(self.fd), self.waiter]);
+        if let Some(waiter) = self.waiter {
+            exec_waiter(waiter, &sock);
+        }
         let (args, env) = match receive(&mut sock) {
             Ok(Some(command)) => command,
             // The pool let the sandbox go: nothing runs.
@@ -179,19 +303,57 @@ impl Executor for Stub {
     }
 }
 
-/// Closes every fd above stderr but `keep`. Best effort: what is left
-/// open is close-on-exec and goes at the exec anyway.
-fn close_all_but_stdio_and(keep: RawFd) {
-    let close_range = |first: RawFd, last: libc::c_uint| {
-        if first as libc::c_uint <= last {
-            // SAFETY: close_range takes plain integers; no fd in the range
-            // is used by this process again (the init runs only this
-            // executor from here on).
-            unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, last, 0) };
-        }
+/// Execs runsbx-stub from its memfd, given the socket (made inheritable
+/// for it); returns only if the exec failed, the socket close-on-exec
+/// again.
+fn exec_waiter(waiter: RawFd, sock: &UnixStream) {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+    let fd = sock.as_raw_fd();
+    if fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).is_err() {
+        return;
+    }
+    let Ok(fd_arg) = CString::new(fd.to_string()) else {
+        return;
     };
-    close_range(3, (keep as libc::c_uint).saturating_sub(1));
-    close_range((keep + 1).max(3), libc::c_uint::MAX);
+    let argv = [c"runsbx-stub", fd_arg.as_c_str()];
+    let env: [&std::ffi::CStr; 0] = [];
+    let _ = nix::unistd::execveat(
+        Some(waiter),
+        c"",
+        &argv,
+        &env,
+        nix::fcntl::AtFlags::AT_EMPTY_PATH,
+    );
+    let _ = fcntl(fd, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC));
+}
+
+/// Closes every fd above stderr but those in `keep`. Best effort: what is
+/// left open is close-on-exec and goes at the exec anyway. It allocates
+/// nothing (it runs in a forked child).
+fn close_all_but_stdio_and(keep: &[Option<RawFd>]) {
+    let close_range = |first: libc::c_uint, last: libc::c_uint| {
+        // SAFETY: close_range takes plain integers; no fd in the range is
+        // used by this process again (the init runs only this executor
+        // from here on).
+        unsafe { libc::syscall(libc::SYS_close_range, first, last, 0) };
+    };
+    let mut first: libc::c_uint = 3;
+    loop {
+        let next = keep
+            .iter()
+            .flatten()
+            .map(|&fd| fd as libc::c_uint)
+            .filter(|&fd| fd >= first)
+            .min();
+        let Some(next) = next else {
+            close_range(first, libc::c_uint::MAX);
+            return;
+        };
+        if first < next {
+            close_range(first, next - 1);
+        }
+        first = next + 1;
+    }
 }
 
 /// Tells runsbx why the command did not run; the error for libcontainer.
@@ -300,6 +462,55 @@ mod tests {
         ];
         let env = vec!["PATH=/bin".to_owned(), "EMPTY=".to_owned()];
         assert_eq!(decode(&encode(&args, &env)), Some((args, env)));
+    }
+
+    #[test]
+    fn the_environment_is_given_as_the_init_sets_it() {
+        let env: Vec<String> = ["A=1", "NOVALUE", "=x", "B=2", "A=3", "C=a=b"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(environment(&env), ["A=3", "B=2", "C=a=b"]);
+    }
+
+    #[test]
+    fn only_the_named_fds_stay_open() {
+        use std::os::fd::IntoRawFd;
+        let null = || std::fs::File::open("/dev/null").unwrap().into_raw_fd();
+        let (keep, gone) = ([null(), null(), null()], null());
+        let (r, w) = nix::unistd::pipe().unwrap();
+        // In a child, which allocates nothing: the test harness's threads
+        // may hold the allocator's lock at the fork.
+        // SAFETY: the child only makes system calls and exits.
+        match unsafe { nix::unistd::fork() }.unwrap() {
+            nix::unistd::ForkResult::Child => {
+                close_all_but_stdio_and(&[Some(keep[2]), None, Some(keep[0]), Some(w.as_raw_fd())]);
+                let open = |fd: RawFd| nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).is_ok();
+                let ok = open(keep[0])
+                    && open(keep[2])
+                    && !open(keep[1])
+                    && !open(gone)
+                    && open(w.as_raw_fd())
+                    && !open(r.as_raw_fd());
+                let _ = nix::unistd::write(&w, &[u8::from(ok)]);
+                // SAFETY: ends the child without running the harness's code.
+                unsafe { libc::_exit(0) };
+            }
+            nix::unistd::ForkResult::Parent { child } => {
+                drop(w);
+                let mut said = [0u8; 1];
+                assert_eq!(nix::unistd::read(r.as_raw_fd(), &mut said).unwrap(), 1);
+                nix::sys::wait::waitpid(child, None).unwrap();
+                assert_eq!(
+                    said,
+                    [1],
+                    "an fd was closed that was to stay, or the reverse"
+                );
+                for fd in keep.into_iter().chain([gone]) {
+                    // SAFETY: opened above, owned by this test.
+                    drop(unsafe { OwnedFd::from_raw_fd(fd) });
+                }
+            }
+        }
     }
 
     #[test]
