@@ -11,37 +11,53 @@ use crate::sys::privilege::{self, CgroupLayout};
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
-/// (memory limit hit, pids limit hit), each `None` when unknown.
-pub fn limit_hits(spec: &Spec) -> (Option<bool>, Option<bool>) {
-    // As `privilege::can_manage_cgroups`, with the layout looked up once:
-    // each look is several statfs calls, and the caller waits for these.
-    let layout = if privilege::rootless() {
-        CgroupLayout::None
-    } else {
-        privilege::cgroup_layout()
-    };
-    if layout == CgroupLayout::None {
-        return (None, None);
-    }
-    let Some(path) = spec.linux().as_ref().and_then(|l| l.cgroups_path().clone()) else {
-        return (None, None);
-    };
-    let rel = path.strip_prefix("/").unwrap_or(&path).to_path_buf();
-    let file = |controller: &str, name: &str| -> PathBuf {
-        match layout {
-            CgroupLayout::V2 => Path::new(CGROUP_ROOT).join(&rel).join(name),
-            _ => Path::new(CGROUP_ROOT)
-                .join(controller)
-                .join(&rel)
-                .join(name),
+/// Where a sandbox's limit events are counted: found before its command
+/// runs (the lookup is several statfs calls), read once it has ended.
+pub struct Counters {
+    /// The memory and pids files; `None` when the host cannot tell.
+    files: Option<(PathBuf, PathBuf)>,
+}
+
+impl Counters {
+    pub fn of(spec: &Spec) -> Self {
+        // As `privilege::can_manage_cgroups`, with the layout looked up once.
+        let layout = if privilege::rootless() {
+            CgroupLayout::None
+        } else {
+            privilege::cgroup_layout()
+        };
+        let path = spec.linux().as_ref().and_then(|l| l.cgroups_path().clone());
+        let (Some(path), false) = (path, layout == CgroupLayout::None) else {
+            return Self { files: None };
+        };
+        let rel = path.strip_prefix("/").unwrap_or(&path).to_path_buf();
+        let file = |controller: &str, name: &str| -> PathBuf {
+            match layout {
+                CgroupLayout::V2 => Path::new(CGROUP_ROOT).join(&rel).join(name),
+                _ => Path::new(CGROUP_ROOT)
+                    .join(controller)
+                    .join(&rel)
+                    .join(name),
+            }
+        };
+        let memory = match layout {
+            CgroupLayout::V2 => file("memory", "memory.events"),
+            _ => file("memory", "memory.oom_control"),
+        };
+        Self {
+            files: Some((memory, file("pids", "pids.events"))),
         }
-    };
-    let memory = match layout {
-        CgroupLayout::V2 => counter(&file("memory", "memory.events"), "oom_kill"),
-        _ => counter(&file("memory", "memory.oom_control"), "oom_kill"),
-    };
-    let pids = counter(&file("pids", "pids.events"), "max");
-    (memory.map(|n| n > 0), pids.map(|n| n > 0))
+    }
+
+    /// (memory limit hit, pids limit hit), each `None` when unknown.
+    pub fn read(&self) -> (Option<bool>, Option<bool>) {
+        let Some((memory, pids)) = &self.files else {
+            return (None, None);
+        };
+        let memory = counter(memory, "oom_kill");
+        let pids = counter(pids, "max");
+        (memory.map(|n| n > 0), pids.map(|n| n > 0))
+    }
 }
 
 /// The value of `key` in a flat-keyed cgroup file (`key value` lines).

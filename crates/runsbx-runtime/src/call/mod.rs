@@ -207,6 +207,7 @@ fn run(
     )
     .map_err(|e| RuntimeError::sys("signalfd", e))?;
     let init = container::init_pid(&sandbox.built.container)?;
+    let linger = fitter.as_ref().map(|_| Linger::hold(init));
     let proxy = start_proxy(sandbox.built.duties.proxy.take())?;
     // Its thread too starts only now. Until it runs, libcontainer's
     // connection waits in the socket, and a denied syscall of the init
@@ -217,6 +218,11 @@ fn run(
     // The policy's deadline: the call's --timeout, which the profile may
     // refuse but not lengthen.
     let mut deadline = sandbox.built.duties.deadline.unwrap_or(req.timeout());
+    // Made before a warm sandbox is handed out, not while its caller waits:
+    // the buffer the outputs are read through (its pages touched), and
+    // where the limit events will be read.
+    let mut read_buf = wait::read_buffer();
+    let limit_counters = limit_hits::Counters::of(&sandbox.built.spec);
     let taken;
     let mut taken_at = Instant::now();
     let req = match (hold.as_deref_mut(), &fitter, &mut link) {
@@ -233,7 +239,15 @@ fn run(
     let writers = LiveWriters::spawn(req.live)?;
     let mut out = capture::Capture::new(req.max_output, writers.sink(req, false, started));
     let mut err = capture::Capture::new(req.max_output, writers.sink(req, true, started));
-    let end = wait::until_end(init, deadline, &sfd, streams, &mut out, &mut err)?;
+    let end = wait::until_end(
+        init,
+        deadline,
+        &sfd,
+        streams,
+        &mut out,
+        &mut err,
+        &mut read_buf,
+    )?;
 
     // Once the sandbox's processes are gone (or the deadline passed: then
     // those still waiting get ENOSYS, and the teardown kills them).
@@ -249,8 +263,7 @@ fn run(
         proxy.shutdown();
     }
     // The limit events are read before the cgroup goes with the container.
-    (result.limits.memory_hit, result.limits.pids_hit) =
-        limit_hits::limit_hits(&sandbox.built.spec);
+    (result.limits.memory_hit, result.limits.pids_hit) = limit_counters.read();
     result.record_streams(out, err, tails);
     // Before the result is printed, what went out live is all written.
     writers.finish();
@@ -278,6 +291,7 @@ fn run(
     if settled {
         deliver(result, tails);
     }
+    drop(linger);
     sandbox.remove(settled)?;
     if !settled {
         deliver(result, tails);
@@ -445,6 +459,26 @@ fn remove_container(root: &StateRoot, id: &str) -> Result<()> {
         Ok(mut c) => teardown::destroy(root, &mut c),
         Err(RuntimeError::NotFound { .. }) => Ok(()),
         Err(e) => Err(e),
+    }
+}
+
+/// A warm sandbox's mount and network namespaces, held open by runsbx
+/// until its caller has the result. The init is the last process in them:
+/// without this, its exit would unmount the sandbox's whole mount tree
+/// (waiting for an RCU grace period) before the kernel reports the exit,
+/// while the caller waits for its reply. Dropped before the teardown, which
+/// then pays for it. Best effort: a namespace that cannot be opened is
+/// simply torn down at the exit, as a cold call's is.
+struct Linger {
+    _namespaces: Vec<File>,
+}
+
+impl Linger {
+    fn hold(init: nix::unistd::Pid) -> Self {
+        let open = |ns: &str| File::open(format!("/proc/{init}/ns/{ns}")).ok();
+        Self {
+            _namespaces: ["mnt", "net"].into_iter().filter_map(open).collect(),
+        }
     }
 }
 

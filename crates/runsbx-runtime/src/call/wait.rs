@@ -44,8 +44,14 @@ impl End {
 /// kernel kills the rest of its pid namespace, and their pipe ends close.
 const DRAIN: Duration = Duration::from_secs(2);
 
-/// Reads both streams until the init process exits (and the pipes close),
-/// the deadline passes, or runsbx is told to stop (a signal on `sfd`).
+/// The buffer the streams are read through: a pipe's default capacity.
+pub(crate) fn read_buffer() -> Vec<u8> {
+    vec![0u8; 64 * 1024]
+}
+
+/// Reads both streams (through `buf`, from [`read_buffer`]) until the init
+/// process exits (and the pipes close), the deadline passes, or runsbx is
+/// told to stop (a signal on `sfd`).
 pub(crate) fn until_end(
     init: Pid,
     timeout: Duration,
@@ -53,11 +59,11 @@ pub(crate) fn until_end(
     mut streams: [Option<OwnedFd>; 2],
     out: &mut capture::Capture,
     err: &mut capture::Capture,
+    buf: &mut [u8],
 ) -> Result<End> {
     let deadline = Instant::now() + timeout;
     let mut end: Option<End> = None;
     let mut drain_until: Option<Instant> = None;
-    let mut buf = vec![0u8; 64 * 1024];
     loop {
         if end.is_some() && streams.iter().all(Option::is_none) {
             break;
@@ -97,7 +103,7 @@ pub(crate) fn until_end(
             let Some(fd) = streams[*i].as_ref() else {
                 continue;
             };
-            match nix::unistd::read(fd.as_raw_fd(), &mut buf) {
+            match nix::unistd::read(fd.as_raw_fd(), buf) {
                 Ok(0) => streams[*i] = None,
                 Ok(n) => {
                     if *i == 0 {
