@@ -35,7 +35,20 @@ struct Control {
     config: Option<PathBuf>,
     taken: bool,
     replied: bool,
+    /// The sandbox runs in a session, whose next call waits for this
+    /// one's teardown.
+    session: bool,
 }
+
+/// How long a used sandbox waits after its reply before it is torn down.
+/// The reply still has to reach the caller (the pool's thread, then the
+/// caller's own threads, a fraction of a millisecond); on a small
+/// machine, the teardown and the pool's next build starting together
+/// would take both cores from it. Measured on 2 cores: a warm call's
+/// median from the Python client 2.7 ms with the teardown at once, 2.2 ms
+/// with it 2 ms later. Nothing waits for a used sandbox but a session's
+/// next call, which is not held back.
+const REPLY_HEAD_START: std::time::Duration = std::time::Duration::from_millis(2);
 
 impl Control {
     fn say(&self, message: &serde_json::Value) {
@@ -117,6 +130,9 @@ impl Hold for Control {
     fn reply(&mut self, result: &CallResult, _tails: &Tails) {
         self.replied = true;
         self.say_result("result", result);
+        if !self.session {
+            std::thread::sleep(REPLY_HEAD_START);
+        }
     }
 }
 
@@ -127,6 +143,7 @@ pub fn run(root: &StateRoot, template: Call, config: Option<PathBuf>) -> Result<
         config,
         taken: false,
         replied: false,
+        session: template.session.is_some(),
     };
     let (result, _tails) = call::warm(root, &template, &mut control);
     if !control.replied {
