@@ -1,9 +1,9 @@
 //! runsbx-stub: the process a warm sandbox waits in for its command.
 //!
 //! The sandbox's init is a fork of runsbx, and an exec tears down the
-//! address space it replaces: for runsbx's, thousands of pages, more than
-//! half a millisecond. The init therefore execs this program once it is
-//! hardened, before any command is asked for (see src/sandbox/stub.rs),
+//! address space it replaces: for runsbx's, thousands of pages, about
+//! half a millisecond of CPU. The init therefore execs this program once
+//! it is hardened, before any command is asked for (see src/sandbox/stub.rs),
 //! and the command's exec later replaces a few pages instead.
 //!
 //! It is built by build.rs with no standard library and no libc, linked

@@ -13,8 +13,8 @@
 //! the only process in the sandbox, and it takes one command, once.
 //!
 //! The init is a fork of runsbx, and the command's exec would first tear
-//! down that whole address space (thousands of pages: more than half a
-//! millisecond, while the caller waits). So the stub first execs
+//! down that whole address space (thousands of pages: about half a
+//! millisecond of CPU, while the caller waits). So the stub first execs
 //! runsbx-stub (stub/main.rs, built by build.rs and embedded), a
 //! few-page static program that waits and execs the same way, from a
 //! sealed memfd: that teardown is paid before the command is asked for.
