@@ -309,13 +309,13 @@ impl Executor for Stub {
 fn exec_waiter(waiter: RawFd, sock: &UnixStream) {
     use nix::fcntl::{fcntl, FcntlArg, FdFlag};
     let fd = sock.as_raw_fd();
-    if fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).is_err() {
-        return;
-    }
     let Ok(fd_arg) = CString::new(fd.to_string()) else {
         return;
     };
     let argv = [c"runsbx-stub", fd_arg.as_c_str()];
+    if fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty())).is_err() {
+        return;
+    }
     let env: [&std::ffi::CStr; 0] = [];
     let _ = nix::unistd::execveat(
         Some(waiter),
