@@ -22,13 +22,18 @@
 //!   of text. When the exec succeeds, the socket closes with it (it is
 //!   close-on-exec), which runsbx reads as success.
 //!
-//! Nothing here allocates but through mmap, and nothing panics: every
-//! index is checked.
+//! Nothing here allocates but through mmap. Every index is bounds-checked;
+//! were one out of bounds, the panic is reported on the socket like any
+//! other failure, so runsbx never takes it for a successful exec.
 
 #![no_std]
 #![no_main]
 
 use core::arch::{asm, global_asm};
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+/// The socket's fd, once known: where a panic is reported.
+static SOCKET: AtomicUsize = AtomicUsize::new(usize::MAX);
 
 const MAX_COMMAND: usize = 8 << 20;
 const PATH_MAX: usize = 4096;
@@ -463,6 +468,7 @@ extern "C" fn main(sp: *const usize) -> ! {
     let Some(sock) = (unsafe { socket_of(sp) }) else {
         exit(126)
     };
+    SOCKET.store(sock, Ordering::Relaxed);
     const F_SETFD: usize = 2;
     const FD_CLOEXEC: usize = 1;
     // SAFETY: fcntl on a plain fd. If it fails the command's exec still
@@ -579,8 +585,9 @@ extern "C" fn rust_eh_personality() {}
 
 #[panic_handler]
 fn panic(_: &core::panic::PanicInfo) -> ! {
-    // Nothing here indexes out of bounds; were it to, the sandbox's init
-    // ends and runsbx reads EOF before any exec: it reports the command
-    // as not run.
+    let sock = SOCKET.load(Ordering::Relaxed);
+    if sock != usize::MAX {
+        fail(sock, b"runsbx-stub: an index out of bounds");
+    }
     exit(125)
 }
