@@ -145,3 +145,31 @@ class PoolTest(RunsbxTestCase):
         for size in (0, 65, True, "2"):
             with self.assertRaises(ValueError):
                 runsbx.Pool(size, rootfs=self.rootfs, binary=self.bin)  # type: ignore[arg-type]
+
+    def test_replies_reach_their_callers_in_any_order(self) -> None:
+        # The slow call is asked first, so its thread reads serve's output
+        # while the quick calls' replies come: each is handed to its own
+        # caller, and the slow one still gets its own.
+        pool = self.pool(3)
+        with ThreadPoolExecutor(3) as ex:
+            slow = ex.submit(pool.run, ["sh", "-c", "sleep 1; echo slow"], check=True)
+            time.sleep(0.2)
+            quick = [ex.submit(pool.run, ["echo", str(i)], check=True) for i in range(2)]
+            self.assertEqual([q.result(timeout=30).stdout_text for q in quick], ["0\n", "1\n"])
+            self.assertFalse(slow.done())
+            self.assertEqual(slow.result(timeout=30).stdout_text, "slow\n")
+
+    def test_a_pool_killed_under_a_waiting_call(self) -> None:
+        pool = self.pool(1)
+        pool.run(["true"], check=True)
+        with ThreadPoolExecutor(1) as ex:
+            waiting = ex.submit(pool.run, ["sleep", "30"])
+            time.sleep(0.5)
+            os.kill(pool.pid, 9)
+            started = time.monotonic()
+            with self.assertRaises(runsbx.ProtocolError) as caught:
+                waiting.result(timeout=30)
+        self.assertLess(time.monotonic() - started, 10)
+        self.assertIn("the pool ended before the call's result came", str(caught.exception))
+        with self.assertRaises(runsbx.ProtocolError):
+            pool.run(["true"])

@@ -4,13 +4,16 @@ child and runs calls in them."""
 from __future__ import annotations
 
 import base64
-import os
 import itertools
 import json
+import math
+import os
+import select
 import subprocess
 import threading
+import time
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Type
+from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Type
 
 from ._binary import PathArg, find_binary, not_runnable
 from ._call import OVERRUN_GRACE, TERM_GRACE, Command, Invocation, Size, Strings, _sandbox_options
@@ -26,10 +29,12 @@ __all__ = ["Pool"]
 
 
 class _Pending:
-    """A request waiting for its reply."""
+    """A request waiting for its reply (both fields under the pool's lock)."""
+
+    __slots__ = ("done", "reply")
 
     def __init__(self) -> None:
-        self.done = threading.Event()
+        self.done = False
         self.reply: Optional[Dict[str, Any]] = None
 
 
@@ -90,6 +95,12 @@ class Pool:
         self._ids = itertools.count(1)
         self._pending: Dict[int, _Pending] = {}
         self._lock = threading.Lock()
+        # Replies are read by the callers' own threads, not by a thread of
+        # the pool's: one waiting caller at a time reads serve's stdout and
+        # hands each reply to its request (see _await).
+        self._replies = threading.Condition(self._lock)
+        self._reading = False
+        self._partial = b""
         self._write_lock = threading.Lock()
         self._closed = False
         self._ended: Optional[str] = None
@@ -107,8 +118,8 @@ class Pool:
         except OSError as e:
             raise not_runnable(self._binary, e) from None
         self._stderr: List[bytes] = []
-        self._reader = threading.Thread(target=self._read, name="runsbx-pool-reader", daemon=True)
-        self._reader.start()
+        assert self._proc.stdout is not None
+        self._out = self._proc.stdout.fileno()
         self._err_reader = threading.Thread(target=self._read_stderr, name="runsbx-pool-stderr", daemon=True)
         self._err_reader.start()
 
@@ -151,7 +162,7 @@ class Pool:
                     self._pending.pop(rid, None)
                 raise ProtocolError(f"the pool has ended{self._why()}") from None
             try:
-                done = pending.done.wait(inv.wall_timeout)
+                done = self._await(lambda: pending.done, inv.wall_timeout)
             except BaseException:
                 # KeyboardInterrupt and the like: the call is cancelled (its
                 # sandbox killed), as run() stops runsbx.
@@ -201,8 +212,12 @@ class Pool:
                 self._stdin().close()
         except OSError:
             pass
+        # Calls still running get their replies (read here if no caller is
+        # reading); serve ends once it has written the last.
+        deadline = time.monotonic() + OVERRUN_GRACE
         try:
-            self._proc.wait(timeout=OVERRUN_GRACE)
+            self._await(lambda: self._ended is not None, OVERRUN_GRACE)
+            self._proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             self._proc.terminate()
             try:
@@ -210,8 +225,9 @@ class Pool:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
-        self._reader.join()
         self._err_reader.join()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
 
     @property
     def pid(self) -> int:
@@ -246,26 +262,77 @@ class Pool:
         tail = b"".join(self._stderr).decode("utf-8", errors="replace").strip().splitlines()
         return f": {tail[-1]}" if tail else ""
 
-    def _read(self) -> None:
-        """Hands each reply to the request waiting for it."""
-        assert self._proc.stdout is not None
-        for raw in self._proc.stdout:
+    def _await(self, ready: Callable[[], bool], timeout: Optional[float]) -> bool:
+        """Waits until ``ready()`` (checked under the lock), at most
+        ``timeout`` seconds (``None``: no limit); False if it was not.
+
+        The waiting thread reads the replies itself if no other does:
+        handing a reply from a reader thread to the caller's would wake a
+        second thread for every call (about 0.1 ms of a warm call's 2). The
+        reader hands the other callers their replies and, when its own has
+        come, wakes them so that one of them reads on."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._replies:
+            while not ready():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                if not self._reading:
+                    self._reading = True
+                    break
+                self._replies.wait(left)
+            else:
+                return True
+        try:
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._read_replies(left)
+                with self._lock:
+                    if ready():
+                        return True
+        finally:
+            with self._replies:
+                self._reading = False
+                self._replies.notify_all()
+
+    def _read_replies(self, timeout: Optional[float]) -> None:
+        """Reads what serve has written, waiting at most ``timeout``
+        seconds for it, and hands each whole reply to the request waiting
+        for it. At the end of serve's output, the pool has ended."""
+        poll = select.poll()
+        poll.register(self._out, select.POLLIN)
+        if not poll.poll(None if timeout is None else math.ceil(timeout * 1000)):
+            return
+        chunk = os.read(self._out, 1 << 16)
+        if not chunk:
+            with self._replies:
+                if self._ended is None:
+                    self._ended = "ended"
+                for pending in self._pending.values():
+                    pending.done = True
+                self._pending.clear()
+                self._replies.notify_all()
+            return
+        *lines, self._partial = (self._partial + chunk).split(b"\n")
+        replies = []
+        for raw in lines:
             try:
                 reply = json.loads(raw)
             except ValueError:
                 continue
-            rid = reply.get("id") if isinstance(reply, dict) else None
-            with self._lock:
-                pending = self._pending.pop(rid, None) if isinstance(rid, int) else None
-            if pending is not None:
-                pending.reply = reply
-                pending.done.set()
-        with self._lock:
-            self._ended = "ended"
-            waiting = list(self._pending.values())
-            self._pending.clear()
-        for pending in waiting:
-            pending.done.set()
+            if isinstance(reply, dict) and isinstance(reply.get("id"), int):
+                replies.append(reply)
+        if not replies:
+            return
+        with self._replies:
+            for reply in replies:
+                pending = self._pending.pop(reply["id"], None)
+                if pending is not None:
+                    pending.reply = reply
+                    pending.done = True
+            self._replies.notify_all()
 
     def _read_stderr(self) -> None:
         assert self._proc.stderr is not None
