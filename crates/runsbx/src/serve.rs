@@ -29,6 +29,7 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
@@ -590,6 +591,23 @@ impl Pool {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        // The call ends with the pool, as a warm one does: this thread
+        // waits for it until it ends, so it dies first only with `runsbx
+        // serve`, and the call then gets SIGTERM (a cancel) rather than
+        // running on to its deadline for nobody.
+        let pool = nix::unistd::getpid();
+        // SAFETY: between fork and exec the closure only makes two system
+        // calls, which allocate nothing and take no lock.
+        unsafe {
+            cmd.pre_exec(move || {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)?;
+                if nix::unistd::getppid() != pool {
+                    // The pool died before the signal was armed.
+                    return Err(std::io::Error::from(nix::errno::Errno::ESRCH));
+                }
+                Ok(())
+            });
+        }
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => return json!({"error": format!("run runsbx call: {e}")}),

@@ -508,6 +508,58 @@ fn sigkill_leaves_nothing(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, sigkill_leaves_nothing: sigkill_as_root, sigkill_rootless);
 
+/// SIGKILL of the pool's owner alone (its workers live on): the calls in
+/// flight, warm and cold, end at once, not at their deadline, since
+/// nobody can get their results, and the waiting sandboxes are let go;
+/// nothing is left.
+fn owner_sigkill_ends_its_calls(fx: Fixture) {
+    let rootfs = rootfs_arg();
+    let mut pool = Serve::start(&fx, 2);
+    // Its own in each test process and fixture (root and rootless run at
+    // once).
+    let mark = |kind: u8| {
+        format!(
+            "8{kind}{}{:06}",
+            u8::from(fx.rootless()),
+            std::process::id() % 1_000_000
+        )
+    };
+    let (warm, cold) = (mark(1), mark(2));
+    pool.send(&sh_args(&rootfs, &[], &format!("sleep {warm}")), None);
+    // Another pids limit than the pool's: run cold.
+    pool.send(
+        &sh_args(&rootfs, &["--pids=77"], &format!("sleep {cold}")),
+        None,
+    );
+    kit::wait_until("the calls' sleeps to run", Duration::from_secs(20), || {
+        have_process_with(&warm) && have_process_with(&cold)
+    });
+    pool.child.kill().unwrap();
+    let _ = pool.child.wait();
+    kit::wait_until(
+        "the orphaned calls' sleeps to end",
+        Duration::from_secs(10),
+        || !have_process_with(&warm) && !have_process_with(&cold),
+    );
+    drop(pool);
+    kit::wait_until(
+        "the killed pool's sandboxes to go",
+        Duration::from_secs(20),
+        || {
+            fx.leftovers().is_empty()
+                && fx.stray_processes().is_empty()
+                && fx.stray_mounts().is_empty()
+        },
+    );
+    fx.assert_clean();
+    kit::wait_until(
+        "its cgroups and id ranges to go",
+        Duration::from_secs(10),
+        || host_resources(&fx).is_empty(),
+    );
+}
+as_root_and_rootless!(RUNSBX, owner_sigkill_ends_its_calls: owner_sigkill_as_root, owner_sigkill_rootless);
+
 /// The cgroups and id slots runsbx holds on the host for this fixture's
 /// state root (as root; rootless runsbx makes neither): its cgroups (see
 /// `Fixture::stray_cgroups`) and the id slots that name the state root.

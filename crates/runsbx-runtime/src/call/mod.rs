@@ -353,7 +353,10 @@ fn take(
             ));
         };
         match fitter.fit(req, ws) {
-            Ok((req, fitted)) => return Ok((req, fitted, stdin)),
+            Ok((req, fitted)) => {
+                hold.taken();
+                return Ok((req, fitted, stdin));
+            }
             Err(why) => hold.decline(why),
         }
     }

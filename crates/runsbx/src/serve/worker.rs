@@ -7,11 +7,13 @@
 //! intermediate and init processes, the call's watchdog) and forking is
 //! only safe from a single-threaded process; the pool's owner has threads.
 //! If the owner dies, the worker's stdin ends: the sandbox is let go
-//! unused. If the worker itself is killed, its watchdog removes it.
+//! unused, or the call running in it is ended (see [`end_if_the_pool_goes`]).
+//! If the worker itself is killed, its watchdog removes it.
 
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use anyhow::Result;
 use base64::Engine;
@@ -49,6 +51,33 @@ struct Control {
 /// with it 2 ms later. Nothing waits for a used sandbox but a session's
 /// next call, which is not held back.
 const REPLY_HEAD_START: std::time::Duration = std::time::Duration::from_millis(2);
+
+/// Set once the call's result is being written: from then on, the end of
+/// the pool's pipe is the pool letting this worker go.
+static REPLYING: AtomicBool = AtomicBool::new(false);
+
+/// Once a request is taken, the pool writes nothing more to its worker; it
+/// closes the pipe only after the reply. The end of stdin before that
+/// means the pool's owner died (SIGKILLed, say) and nobody waits for the
+/// result: the call is ended as a cancel ends it (SIGTERM to this process,
+/// which the call takes from its signalfd) and the sandbox torn down,
+/// rather than left to run until its deadline.
+///
+/// Started once the request fits ([`Hold::taken`]: stdin is not read for
+/// another request any more), with the call's signals already blocked (the
+/// thread inherits the mask), so that the SIGTERM can only reach the
+/// signalfd.
+fn end_if_the_pool_goes() {
+    std::thread::spawn(|| {
+        // The pool sends nothing more: whatever comes, wait for the end.
+        let mut rest = Vec::new();
+        let _ = std::io::stdin().lock().read_to_end(&mut rest);
+        if !REPLYING.load(Ordering::SeqCst) {
+            let _ =
+                nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGTERM);
+        }
+    });
+}
 
 impl Control {
     fn say(&self, message: &serde_json::Value) {
@@ -122,6 +151,22 @@ impl Hold for Control {
         }
     }
 
+    fn taken(&mut self) {
+        // The pool may be gone when the reply is written: the write must
+        // fail with EPIPE rather than queue a SIGPIPE (blocked while the
+        // call runs) that kills the worker in the middle of its teardown
+        // once the call unblocks it. Every process of the sandbox exists
+        // already, with its own dispositions: none inherits this.
+        // SAFETY: ignoring a signal installs no handler.
+        let _ = unsafe {
+            nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGPIPE,
+                nix::sys::signal::SigHandler::SigIgn,
+            )
+        };
+        end_if_the_pool_goes();
+    }
+
     fn decline(&mut self, why: String) {
         self.taken = false;
         self.say(&json!({"declined": why}));
@@ -129,6 +174,7 @@ impl Hold for Control {
 
     fn reply(&mut self, result: &CallResult, _tails: &Tails) {
         self.replied = true;
+        REPLYING.store(true, Ordering::SeqCst);
         self.say_result("result", result);
         if !self.session {
             std::thread::sleep(REPLY_HEAD_START);
@@ -147,6 +193,7 @@ pub fn run(root: &StateRoot, template: Call, config: Option<PathBuf>) -> Result<
     };
     let (result, _tails) = call::warm(root, &template, &mut control);
     if !control.replied {
+        REPLYING.store(true, Ordering::SeqCst);
         let key = if control.taken { "result" } else { "failed" };
         control.say_result(key, &result);
     }
