@@ -333,6 +333,9 @@ fn hand_out(
         None => plan::open_stdin(&req.stdin)?,
     };
     link.exec(&fitted.args, &fitted.env, stdin.as_fd())?;
+    // Told once the command runs: what the owner does then (a thread of
+    // its own, say) overlaps the command instead of delaying it.
+    hold.taken();
     let deadline = fitted.deadline.unwrap_or(req.timeout());
     Ok((req, deadline))
 }
@@ -353,10 +356,7 @@ fn take(
             ));
         };
         match fitter.fit(req, ws) {
-            Ok((req, fitted)) => {
-                hold.taken();
-                return Ok((req, fitted, stdin));
-            }
+            Ok((req, fitted)) => return Ok((req, fitted, stdin)),
             Err(why) => hold.decline(why),
         }
     }

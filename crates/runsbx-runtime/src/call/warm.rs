@@ -48,9 +48,9 @@ pub trait Hold {
     fn next(&mut self) -> Option<(CallRequest, Option<std::os::fd::OwnedFd>)>;
     /// The last request does not fit this sandbox (it is run cold).
     fn decline(&mut self, why: String);
-    /// The last request fits: the sandbox runs it now, and asks nothing
-    /// more of the owner until [`Hold::reply`]. Called with the call's
-    /// signals blocked.
+    /// The last request fit, and its command runs: nothing more is asked
+    /// of the owner until [`Hold::reply`]. Called with the call's signals
+    /// blocked.
     fn taken(&mut self) {}
     /// The result of the request this sandbox ran, before its teardown.
     fn reply(&mut self, result: &CallResult, tails: &Tails);

@@ -63,8 +63,8 @@ static REPLYING: AtomicBool = AtomicBool::new(false);
 /// which the call takes from its signalfd) and the sandbox torn down,
 /// rather than left to run until its deadline.
 ///
-/// Started once the request fits ([`Hold::taken`]: stdin is not read for
-/// another request any more), with the call's signals already blocked (the
+/// Started once the request's command runs ([`Hold::taken`]: stdin is not
+/// read for another request any more), with the call's signals already blocked (the
 /// thread inherits the mask), so that the SIGTERM can only reach the
 /// signalfd.
 fn end_if_the_pool_goes() {
