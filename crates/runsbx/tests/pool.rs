@@ -490,21 +490,7 @@ fn sigkill_leaves_nothing(fx: Fixture) {
     let r = next.call(&sh_args(&rootfs, &[], "true"));
     assert_eq!(r["result"]["status"], "exited", "{r}");
     next.close();
-    kit::wait_until(
-        "the killed pool's sandboxes to go",
-        Duration::from_secs(20),
-        || {
-            fx.leftovers().is_empty()
-                && fx.stray_processes().is_empty()
-                && fx.stray_mounts().is_empty()
-        },
-    );
-    fx.assert_clean();
-    kit::wait_until(
-        "its cgroups and id ranges to go",
-        Duration::from_secs(10),
-        || host_resources(&fx).is_empty(),
-    );
+    killed_pool_is_gone(&fx);
 }
 as_root_and_rootless!(RUNSBX, sigkill_leaves_nothing: sigkill_as_root, sigkill_rootless);
 
@@ -542,6 +528,13 @@ fn owner_sigkill_ends_its_calls(fx: Fixture) {
         || !have_process_with(&warm) && !have_process_with(&cold),
     );
     drop(pool);
+    killed_pool_is_gone(&fx);
+}
+as_root_and_rootless!(RUNSBX, owner_sigkill_ends_its_calls: owner_sigkill_as_root, owner_sigkill_rootless);
+
+/// Waits until a killed pool's sandboxes are gone (their watchdogs, or
+/// the next start, remove them), then finds nothing of the pool left.
+fn killed_pool_is_gone(fx: &Fixture) {
     kit::wait_until(
         "the killed pool's sandboxes to go",
         Duration::from_secs(20),
@@ -555,10 +548,9 @@ fn owner_sigkill_ends_its_calls(fx: Fixture) {
     kit::wait_until(
         "its cgroups and id ranges to go",
         Duration::from_secs(10),
-        || host_resources(&fx).is_empty(),
+        || host_resources(fx).is_empty(),
     );
 }
-as_root_and_rootless!(RUNSBX, owner_sigkill_ends_its_calls: owner_sigkill_as_root, owner_sigkill_rootless);
 
 /// The cgroups and id slots runsbx holds on the host for this fixture's
 /// state root (as root; rootless runsbx makes neither): its cgroups (see
