@@ -152,7 +152,8 @@ class PoolTest(RunsbxTestCase):
         # caller, and the slow one still gets its own.
         pool = self.pool(3)
         with ThreadPoolExecutor(3) as ex:
-            slow = ex.submit(pool.run, ["sh", "-c", "sleep 1; echo slow"], check=True)
+            # Long enough that the quick calls end first on a loaded machine.
+            slow = ex.submit(pool.run, ["sh", "-c", "sleep 3; echo slow"], check=True)
             time.sleep(0.2)
             quick = [ex.submit(pool.run, ["echo", str(i)], check=True) for i in range(2)]
             self.assertEqual([q.result(timeout=30).stdout_text for q in quick], ["0\n", "1\n"])
