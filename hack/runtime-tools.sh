@@ -416,7 +416,10 @@ run_suite() {
         printf '  %-36s %-8s ok %-4s not ok %-4s skip %s\n' "$name" "$status" "$ok" "$notok" "$skip" >&2
     done
     remove_test_cgroups "$dir/leftovers.txt"
-    # runsbx keeps empty @bundles and @locks directories in its state root.
+    # runsbx keeps empty @bundles and @locks directories in its state root,
+    # and its compiled seccomp filters (@seccomp/<hash>.bpf) for later
+    # sandboxes; anything else there is left behind.
+    find "$root/@seccomp" -maxdepth 1 -type f -regextype posix-extended -regex '.*/[0-9a-f]{16}\.bpf' -delete 2>/dev/null || true
     find "$root" -depth -mindepth 1 -type d -empty -delete
     rmdir "$root" 2>/dev/null \
         || echo "state root $root not empty: $(find "$root" -mindepth 1 -maxdepth 1 -printf '%f ')" >> "$dir/leftovers.txt"

@@ -171,17 +171,27 @@ impl Fixture {
     }
 
     /// The names in the state root other than runsbx's own bookkeeping
-    /// directories, and whatever those still hold.
+    /// directories, and whatever those still hold. The compiled seccomp
+    /// filters (`@seccomp/<hash>.bpf`, runsbx-runtime's sys/seccomp.rs)
+    /// are kept for every later sandbox, as a cache: not left behind.
     pub fn leftovers(&self) -> Vec<String> {
         let mut left = Vec::new();
         let Ok(entries) = fs::read_dir(&self.state) else {
             return left;
         };
+        let cached_filter = |name: &str| {
+            name.strip_suffix(".bpf")
+                .is_some_and(|h| h.len() == 16 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        };
         for e in entries.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
             if name.starts_with('@') {
                 for inner in fs::read_dir(e.path()).unwrap().flatten() {
-                    left.push(format!("{name}/{}", inner.file_name().to_string_lossy()));
+                    let inner = inner.file_name().to_string_lossy().into_owned();
+                    if name == "@seccomp" && cached_filter(&inner) {
+                        continue;
+                    }
+                    left.push(format!("{name}/{inner}"));
                 }
             } else {
                 left.push(name);

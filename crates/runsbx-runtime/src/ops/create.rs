@@ -6,13 +6,15 @@ use std::path::{Path, PathBuf};
 
 use libcontainer::container::builder::ContainerBuilder;
 use libcontainer::container::Container;
-use libcontainer::oci_spec::runtime::{LinuxNamespaceType, Spec};
+use libcontainer::oci_spec::runtime::{LinuxNamespaceType, LinuxSeccomp, Spec};
 use libcontainer::syscall::syscall::SyscallType;
 use runsbx_policy::Overrides;
 
 use crate::error::{Result, RuntimeError};
 use crate::policy::{self, Policy};
 use crate::sandbox::egress;
+use crate::sandbox::seal::Seal;
+use crate::sandbox::seccomp_events::Listener;
 use crate::sandbox::supervisor::{self, Duties};
 use crate::sandbox::teardown::destroy;
 use crate::sandbox::workspace::Workspace;
@@ -239,13 +241,28 @@ fn build_from(
     };
     // Held open until libcontainer has joined it.
     let _userns = userns::made_for(&mut spec)?;
+    // The filter runsbx installs itself is in no config.json libcontainer
+    // reads (it would compile it again), but in the effective bundle's
+    // record of it, which exec reads; it is back in the spec returned.
+    let sealed = seal(root, &mut spec)?;
     let effective = bundle::Effective::write(root, id, &source.dir, &spec, &report)?;
+    if let Some((seccomp, _)) = &sealed {
+        effective.record_seccomp(seccomp)?;
+    }
     if let Some(workspace) = req.workspace {
         workspace.give_to_root_of(&spec)?;
     }
+    // Held open until the init has been cloned.
+    let (executor, _inherited) = match &sealed {
+        Some((_, seal)) => {
+            let (seal, inherited) = seal.take(req.stub)?;
+            (Executor::Seal(seal), Some(inherited))
+        }
+        None => (req.stub.map_or(Executor::Default, Executor::Stub), None),
+    };
     let build = || {
         libcontainer_build(
-            root, id, req.opts, req.detach, &effective, req.stdio, req.stub,
+            root, id, req.opts, req.detach, &effective, req.stdio, executor,
         )
     };
     let entered = match shadow {
@@ -270,7 +287,13 @@ fn build_from(
     }
     // The container's mount namespace holds its own copy.
     drop(view);
+    drop(_inherited);
     effective.without_init_groups(&spec)?;
+    if let Some((seccomp, _)) = sealed {
+        if let Some(linux) = spec.linux_mut() {
+            linux.set_seccomp(Some(seccomp));
+        }
+    }
     let init = init_pid(&container)?;
     bundle::Effective::record_init(root, id, init)?;
     let trust_bundle = inspection.as_ref().map(|i| i.bundle.clone());
@@ -434,7 +457,7 @@ fn libcontainer_build(
     detach: bool,
     effective: &bundle::Effective,
     stdio: Stdio,
-    stub: Option<crate::sandbox::stub::Stub>,
+    executor: Executor,
 ) -> Result<Container> {
     let mut builder = ContainerBuilder::new(id.to_owned(), SyscallType::default())
         .with_root_path(root.path())
@@ -451,8 +474,10 @@ fn libcontainer_build(
     {
         builder = builder.map(|b| b.with_stdin(stdin).with_stdout(stdout).with_stderr(stderr));
     }
-    if let Some(stub) = stub {
-        builder = builder.map(|b| b.with_executor(stub));
+    match executor {
+        Executor::Default => {}
+        Executor::Stub(stub) => builder = builder.map(|b| b.with_executor(stub)),
+        Executor::Seal(seal) => builder = builder.map(|b| b.with_executor(seal)),
     }
     builder
         .map(|b| {
@@ -464,6 +489,71 @@ fn libcontainer_build(
         })
         .and_then(|b| b.build())
         .map_err(|e| op_err("create", id, e))
+}
+
+/// What the init runs last, in the sandbox.
+enum Executor {
+    /// libcontainer's: the spec's process.
+    Default,
+    /// A warm sandbox's stub (sandbox/stub.rs).
+    Stub(crate::sandbox::stub::Stub),
+    /// runsbx's filter installed first, then either of the above
+    /// (sandbox/seal.rs).
+    Seal(Seal),
+}
+
+/// A filter runsbx installs, compiled, and where its listener fd goes.
+struct Sealing {
+    program: crate::sys::seccomp::Program,
+    listener: Option<PathBuf>,
+}
+
+impl Sealing {
+    /// The init's executor, connected to the listener if the filter
+    /// reports, and the fds the init inherits for it.
+    fn take(
+        &self,
+        stub: Option<crate::sandbox::stub::Stub>,
+    ) -> Result<(Seal, crate::sandbox::seal::Inherited)> {
+        let report_to = match (&self.listener, self.program.notifies()) {
+            (Some(path), true) => Some(Listener::connect(path)?),
+            (None, true) => {
+                return Err(RuntimeError::invalid(
+                    "linux.seccomp",
+                    "a rule notifies (SCMP_ACT_NOTIFY) but listenerPath is not set",
+                ))
+            }
+            (_, false) => None,
+        };
+        Ok(Seal::new(self.program.clone(), report_to, stub))
+    }
+}
+
+/// Takes the filter runsbx installs itself out of `spec`, compiled (from
+/// the state root's cache); `None` where libcontainer installs it (see
+/// sandbox/seal.rs).
+fn seal(root: &StateRoot, spec: &mut Spec) -> Result<Option<(LinuxSeccomp, Sealing)>> {
+    if !crate::sandbox::seal::installs(spec) {
+        return Ok(None);
+    }
+    let Some(seccomp) = spec
+        .linux_mut()
+        .as_mut()
+        .and_then(|l| l.seccomp_mut().take())
+    else {
+        return Ok(None);
+    };
+    let program = match crate::sys::seccomp::Program::of(&seccomp, root.path()) {
+        Ok(program) => program,
+        Err(e) => {
+            if let Some(linux) = spec.linux_mut() {
+                linux.set_seccomp(Some(seccomp));
+            }
+            return Err(e);
+        }
+    };
+    let listener = seccomp.listener_path().clone();
+    Ok(Some((seccomp, Sealing { program, listener })))
 }
 
 /// `tmpcopyup`: each tmpfs that asked for it gets the image's content at

@@ -8,6 +8,8 @@
 //! and right before execve, it lowers the rlimits to the container's and
 //! installs the container's seccomp filter.
 
+use std::path::Path;
+
 use libcontainer::oci_spec::runtime::{LinuxSeccomp, PosixRlimit, Spec};
 use libcontainer::workload::default::DefaultExecutor;
 use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
@@ -19,24 +21,22 @@ pub struct ExecGuard {
 }
 
 impl ExecGuard {
-    /// The guard for processes exec'd into the container whose (effective)
-    /// spec is `spec`.
-    pub fn for_container(spec: &Spec) -> Self {
-        Self {
+    /// The guard for processes exec'd into the container whose effective
+    /// bundle is `dir`, with spec `spec`; an error when its seccomp filter
+    /// cannot be read.
+    pub fn for_container(dir: &Path, spec: &Spec) -> crate::error::Result<Self> {
+        let seccomp = crate::state::bundle::Effective::seccomp(dir, spec)?;
+        Ok(Self {
             // A call's filter reports to the call's listener, which gets
             // the init's notification fd only: here the same denials are
             // answered by the filter itself.
-            seccomp: spec
-                .linux()
-                .as_ref()
-                .and_then(|l| l.seccomp().as_ref())
-                .map(runsbx_policy::seccomp::unreported),
+            seccomp: Some(runsbx_policy::seccomp::unreported(&seccomp)),
             rlimits: spec
                 .process()
                 .as_ref()
                 .and_then(|p| p.rlimits().clone())
                 .unwrap_or_default(),
-        }
+        })
     }
 }
 

@@ -10,6 +10,7 @@ pub(crate) mod engine_binds;
 pub(crate) mod exec_guard;
 pub(crate) mod network;
 pub(crate) mod pod;
+pub(crate) mod seal;
 pub mod seccomp_events;
 pub(crate) mod stub;
 pub mod supervisor;

@@ -1,10 +1,13 @@
 //! The seccomp denials of a call's sandbox, as the kernel reports them.
 //!
 //! With a listener, the sandbox's filter notifies instead of failing each
-//! syscall it denies (runsbx-policy's `seccomp::reporting`). libcontainer's
-//! main process, in this runsbx process, connects to the listening socket
-//! and sends the container state and the notification fd (SCM_RIGHTS; see
-//! libcontainer 0.7's process/seccomp_listener.rs). A thread of runsbx then
+//! syscall it denies (runsbx-policy's `seccomp::reporting`). Whoever
+//! installs the filter sends the notification fd (SCM_RIGHTS) over a
+//! connection to the listening socket: the sandbox's init, over a
+//! connection runsbx made for it before it was built (sandbox/seal.rs), or
+//! where libcontainer installs the filter, its main process in this runsbx
+//! process, with the container state (libcontainer 0.7's seccomp
+//! listener protocol). A thread of runsbx then
 //! answers each notification with EPERM, the errno the filter's default
 //! gives, and never lets a syscall continue: the sandbox sees exactly the
 //! denial it saw without a listener. Each is recorded, bounded
@@ -21,7 +24,7 @@ use std::collections::HashMap;
 use std::io::IoSliceMut;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::PermissionsExt;
-use std::os::unix::net::UnixListener;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
 
@@ -135,6 +138,14 @@ impl Listener {
         &self.path
     }
 
+    /// A connection to the listener, for the init that installs the
+    /// filter to send its fd over (close-on-exec).
+    pub fn connect(path: &Path) -> Result<OwnedFd> {
+        UnixStream::connect(path).map(OwnedFd::from).map_err(|e| {
+            RuntimeError::io(format!("connect to the seccomp listener at {path:?}"), e)
+        })
+    }
+
     /// Serves the sandbox's notifications from a thread, until
     /// [`Serving::finish`]. Call it once the sandbox is built (after every
     /// fork); what libcontainer sent meanwhile waits in the socket.
@@ -212,10 +223,15 @@ impl Drop for Serving {
 /// answers what is still pending and returns.
 fn serve(id: &str, sock: &UnixListener, stop: &OwnedFd, sock_diag: Option<&OwnedFd>) -> Seen {
     let mut seen = Seen::default();
+    // Connections whose fd has not come yet: runsbx's own init connects
+    // before it is built and sends its fd only once it installs the filter
+    // (sandbox/seal.rs).
+    let mut conns: Vec<UnixStream> = Vec::new();
     let mut fds: Vec<OwnedFd> = Vec::new();
     loop {
         let mut polled: Vec<PollFd> = [stop.as_fd(), sock.as_fd()]
             .into_iter()
+            .chain(conns.iter().map(|c| c.as_fd()))
             .chain(fds.iter().map(|f| f.as_fd()))
             .map(|fd| PollFd::new(fd, PollFlags::POLLIN))
             .collect();
@@ -232,11 +248,9 @@ fn serve(id: &str, sock: &UnixListener, stop: &OwnedFd, sock_diag: Option<&Owned
             .collect();
         drop(polled);
         let stopping = !ready[0].is_empty();
-        if ready[1].contains(PollFlags::POLLIN) {
-            accept(id, sock, &mut fds);
-        }
+        let (conns_ready, fds_ready) = ready[2..].split_at(conns.len());
         let mut gone = Vec::new();
-        for (i, flags) in ready[2..].iter().enumerate() {
+        for (i, flags) in fds_ready.iter().enumerate() {
             if flags.contains(PollFlags::POLLIN) {
                 answer(id, fds[i].as_raw_fd(), sock_diag, &mut seen);
             } else if flags
@@ -249,7 +263,27 @@ fn serve(id: &str, sock: &UnixListener, stop: &OwnedFd, sock_diag: Option<&Owned
         for i in gone.into_iter().rev() {
             fds.remove(i);
         }
+        // A connection that said something (or closed) has said all it
+        // will: its fd, if it brought one, is taken.
+        let said: Vec<bool> = conns_ready.iter().map(|f| !f.is_empty()).collect();
+        let mut i = 0;
+        conns.retain(|conn| {
+            let keep = !said[i];
+            i += 1;
+            if !keep {
+                take_fds(id, conn, &mut fds);
+            }
+            keep
+        });
+        if ready[1].contains(PollFlags::POLLIN) {
+            accept(sock, &mut conns);
+        }
         if stopping {
+            // The sandbox's command is over: whatever a connection sent
+            // is in its socket by now.
+            for conn in &conns {
+                take_fds(id, conn, &mut fds);
+            }
             drain(id, &fds, sock_diag, &mut seen);
             break;
         }
@@ -282,37 +316,41 @@ fn drain(id: &str, fds: &[OwnedFd], sock_diag: Option<&OwnedFd>, seen: &mut Seen
     }
 }
 
-/// Takes each pending connection's fd (the state JSON that comes with it
-/// is not needed: the sandbox is known).
-fn accept(id: &str, sock: &UnixListener, fds: &mut Vec<OwnedFd>) {
+/// Accepts each pending connection, to be read when it is readable.
+fn accept(sock: &UnixListener, conns: &mut Vec<UnixStream>) {
     while let Ok((conn, _)) = sock.accept() {
-        let mut buf = vec![0u8; 64 << 10];
-        let mut iov = [IoSliceMut::new(&mut buf)];
-        let mut cmsg = nix::cmsg_space!([RawFd; 4]);
-        let Ok(msg) = recvmsg::<()>(
-            conn.as_raw_fd(),
-            &mut iov,
-            Some(&mut cmsg),
-            MsgFlags::MSG_CMSG_CLOEXEC,
-        ) else {
-            continue;
-        };
-        let Ok(cmsgs) = msg.cmsgs() else { continue };
-        for c in cmsgs {
-            if let ControlMessageOwned::ScmRights(received) = c {
-                for fd in received {
-                    // SAFETY: received just now, owned by nobody else.
-                    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-                    if fds.len() < MAX_FDS {
-                        fds.push(fd);
-                    } else {
-                        // Dropping it: that process's denials become
-                        // ENOSYS, still denials.
-                        tracing::warn!(
-                            id,
-                            "seccomp listener: more than {MAX_FDS} fds; one dropped"
-                        );
-                    }
+        if conn.set_nonblocking(true).is_ok() && conns.len() < MAX_FDS {
+            conns.push(conn);
+        }
+    }
+}
+
+/// Takes the fd a connection brought, if it has come (the state JSON that
+/// comes with it is not needed: the sandbox is known).
+fn take_fds(id: &str, conn: &UnixStream, fds: &mut Vec<OwnedFd>) {
+    let mut buf = vec![0u8; 64 << 10];
+    let mut iov = [IoSliceMut::new(&mut buf)];
+    let mut cmsg = nix::cmsg_space!([RawFd; 4]);
+    let Ok(msg) = recvmsg::<()>(
+        conn.as_raw_fd(),
+        &mut iov,
+        Some(&mut cmsg),
+        MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT,
+    ) else {
+        return;
+    };
+    let Ok(cmsgs) = msg.cmsgs() else { return };
+    for c in cmsgs {
+        if let ControlMessageOwned::ScmRights(received) = c {
+            for fd in received {
+                // SAFETY: received just now, owned by nobody else.
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                if fds.len() < MAX_FDS {
+                    fds.push(fd);
+                } else {
+                    // Dropping it: that process's denials become
+                    // ENOSYS, still denials.
+                    tracing::warn!(id, "seccomp listener: more than {MAX_FDS} fds; one dropped");
                 }
             }
         }

@@ -4,7 +4,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use libcontainer::oci_spec::runtime::Spec;
+use libcontainer::oci_spec::runtime::{LinuxSeccomp, Spec};
 
 use crate::error::{Result, RuntimeError};
 
@@ -276,6 +276,9 @@ const SLOT_FILE: &str = "id-slot";
 const CGROUP_FILE: &str = "cgroup";
 /// The container's init process: its pid and start time.
 const INIT_FILE: &str = "init";
+/// The seccomp filter runsbx installs itself, which config.json leaves out
+/// (see sandbox/seal.rs).
+const SECCOMP_FILE: &str = "seccomp.json";
 
 /// The bundle's spec with every path made absolute: the rootfs, and bind
 /// sources given relative to the bundle (as the runtime spec allows).
@@ -425,6 +428,37 @@ impl Effective {
             .ok()
     }
 
+    /// Records the seccomp filter runsbx installs in the init itself, left
+    /// out of config.json so that libcontainer does not compile it too.
+    pub fn record_seccomp(&self, seccomp: &LinuxSeccomp) -> Result<()> {
+        let path = self.dir.join(SECCOMP_FILE);
+        let json = serde_json::to_vec(seccomp)
+            .map_err(|e| RuntimeError::invalid(format!("encode {path:?}"), e.to_string()))?;
+        fs::write(&path, json).map_err(|e| RuntimeError::io(format!("write {path:?}"), e))
+    }
+
+    /// The seccomp filter of the sandbox whose effective bundle is `dir`
+    /// and `spec`: config.json's, or the one recorded beside it. A
+    /// hardened sandbox always has one: none is an error, never a
+    /// process without a filter.
+    pub fn seccomp(dir: &Path, spec: &Spec) -> Result<LinuxSeccomp> {
+        if let Some(seccomp) = spec.linux().as_ref().and_then(|l| l.seccomp().clone()) {
+            return Ok(seccomp);
+        }
+        let path = dir.join(SECCOMP_FILE);
+        let text = fs::read(&path).map_err(|e| {
+            RuntimeError::io(
+                format!(
+                    "read the sandbox's seccomp filter {path:?} (its config.json has none; \
+                     delete the sandbox and create it again)"
+                ),
+                e,
+            )
+        })?;
+        serde_json::from_slice(&text)
+            .map_err(|e| RuntimeError::invalid(format!("{path:?}"), e.to_string()))
+    }
+
     /// The hardening report (changes, attestation) of container `id`.
     pub fn report(dir: &Path) -> Option<serde_json::Value> {
         serde_json::from_str(&fs::read_to_string(dir.join(REPORT_FILE)).ok()?).ok()
@@ -510,5 +544,35 @@ impl Effective {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(RuntimeError::io(format!("remove {dir:?}"), e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn an_exec_finds_the_filter_where_create_put_it_or_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let effective = Effective {
+            dir: dir.path().to_owned(),
+        };
+        let mut spec = Spec::default();
+        if let Some(linux) = spec.linux_mut() {
+            linux.set_seccomp(None);
+        }
+        // Neither in config.json nor beside it: no exec without a filter.
+        let err = Effective::seccomp(dir.path(), &spec).unwrap_err();
+        assert!(err.to_string().contains("seccomp.json"), "{err}");
+        let filter = runsbx_policy::seccomp::allowlist().unwrap();
+        effective.record_seccomp(&filter).unwrap();
+        assert_eq!(Effective::seccomp(dir.path(), &spec).unwrap(), filter);
+        // config.json's own, where it has one.
+        let unreported = runsbx_policy::seccomp::unreported(&filter);
+        if let Some(linux) = spec.linux_mut() {
+            linux.set_seccomp(Some(unreported.clone()));
+        }
+        assert_eq!(Effective::seccomp(dir.path(), &spec).unwrap(), unreported);
     }
 }

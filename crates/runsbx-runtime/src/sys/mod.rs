@@ -15,6 +15,7 @@ pub mod newmount;
 pub mod privilege;
 pub mod procs;
 pub mod rtnl;
+pub mod seccomp;
 pub mod signal;
 pub mod sock_diag;
 pub mod stage;

@@ -1,0 +1,473 @@
+//! A sandbox's seccomp filter as BPF: compiled once per distinct filter,
+//! kept in the state root, and installed by runsbx's own executor in the
+//! sandbox's init (see sandbox/seal.rs).
+//!
+//! libcontainer compiles the spec's `linux.seccomp` with libseccomp in
+//! every init it makes: about 300 rules added one by one, then the BPF
+//! generated, a millisecond or more of CPU in every create while its
+//! caller waits. runsbx's filters are few (one per profile, with or
+//! without a listener), so a create reads its program from
+//! `<root>/@seccomp/` instead, compiled by the first create that needed
+//! it, with the same libseccomp and the same translation as libcontainer
+//! 0.7's `initialize_seccomp`.
+//!
+//! An entry holds the filter it was compiled from, and is used only when
+//! that text equals the filter asked for (the file name is a hash that
+//! only finds it). The state root is runsbx's own (mode 0700): whoever can
+//! write in it can already rewrite every sandbox's config.json.
+
+use std::fs;
+use std::hash::{Hash, Hasher};
+use std::io::{Read, Seek, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+
+use libcontainer::oci_spec::runtime::{
+    Arch, LinuxSeccomp, LinuxSeccompAction, LinuxSeccompFilterFlag, LinuxSeccompOperator,
+};
+use libseccomp::{ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext};
+
+use crate::error::{Result, RuntimeError};
+
+/// The directory of the compiled filters, in the state root.
+pub const CACHE_DIR: &str = "@seccomp";
+
+/// Bumped when what an entry holds, or how it is compiled, changes.
+const FORMAT: &str = "runsbx seccomp bpf 1";
+
+// seccomp(2)'s filter flags (linux/seccomp.h).
+const FLAG_TSYNC: libc::c_ulong = 1;
+const FLAG_LOG: libc::c_ulong = 1 << 1;
+const FLAG_SPEC_ALLOW: libc::c_ulong = 1 << 2;
+const FLAG_NEW_LISTENER: libc::c_ulong = 1 << 3;
+const FLAG_WAIT_KILLABLE_RECV: libc::c_ulong = 1 << 5;
+
+/// One BPF instruction's size (struct sock_filter).
+const INSN: usize = 8;
+
+/// A compiled filter, ready for seccomp(2).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Program {
+    /// The instructions, as libseccomp exports them (native byte order).
+    bpf: Vec<u8>,
+    /// seccomp(2)'s flags: the spec's, and NEW_LISTENER when a rule
+    /// notifies.
+    flags: libc::c_ulong,
+}
+
+impl Program {
+    /// The program of `seccomp`, from the cache in the state root `root`,
+    /// compiled and kept there when it is not yet.
+    pub fn of(seccomp: &LinuxSeccomp, root: &Path) -> Result<Self> {
+        let source = source_text(seccomp)?;
+        let dir = root.join(CACHE_DIR);
+        let file = dir.join(format!("{:016x}.bpf", hash(&source)));
+        if let Some(program) = read_entry(&file, &source) {
+            return Ok(program);
+        }
+        let program = compile(seccomp)?;
+        // A cache that cannot be written only costs the next create the
+        // compile again.
+        if let Err(e) = write_entry(&dir, &file, &source, &program) {
+            tracing::debug!("keep the compiled seccomp filter in {file:?}: {e}");
+        }
+        Ok(program)
+    }
+
+    /// Whether the filter hands some syscalls to a listener.
+    pub fn notifies(&self) -> bool {
+        self.flags & FLAG_NEW_LISTENER != 0
+    }
+
+    /// Installs the filter on the calling thread, as libseccomp's load
+    /// does (the thread must have no_new_privs, or CAP_SYS_ADMIN in its
+    /// user namespace); returns the listener fd when it notifies. Run in
+    /// the sandbox's init, single-threaded, right before its command.
+    pub fn install(&self) -> std::io::Result<Option<OwnedFd>> {
+        let len = u16::try_from(self.bpf.len() / INSN)
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::E2BIG))?;
+        let prog = libc::sock_fprog {
+            len,
+            filter: self.bpf.as_ptr() as *mut libc::sock_filter,
+        };
+        // SAFETY: `prog` points at `len` instructions that outlive the
+        // call; the kernel copies them.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                self.flags,
+                &prog as *const libc::sock_fprog,
+            )
+        };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if !self.notifies() {
+            return Ok(None);
+        }
+        // SAFETY: with NEW_LISTENER the kernel returns a new fd of ours.
+        Ok(Some(unsafe { OwnedFd::from_raw_fd(rc as i32) }))
+    }
+}
+
+/// What identifies a filter's program: the filter without where its
+/// notifications go (a call's own socket), and the library and machine
+/// that compile it.
+fn source_text(seccomp: &LinuxSeccomp) -> Result<String> {
+    let mut rules = seccomp.clone();
+    rules.set_listener_path(None);
+    rules.set_listener_metadata(None);
+    let json = serde_json::to_string(&rules)
+        .map_err(|e| RuntimeError::invalid("linux.seccomp", e.to_string()))?;
+    let lib = libseccomp::ScmpVersion::current()
+        .map(|v| format!("{}.{}.{}", v.major, v.minor, v.micro))
+        .unwrap_or_default();
+    Ok(format!(
+        "{FORMAT}\nlibseccomp {lib}\n{}\n{json}\n",
+        std::env::consts::ARCH
+    ))
+}
+
+fn hash(source: &str) -> u64 {
+    // Only a name to find the entry by: the entry's own text decides.
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    source.hash(&mut h);
+    h.finish()
+}
+
+/// An entry is the source text, a NUL, then the flags as 16 hex digits and
+/// the BPF.
+fn read_entry(file: &Path, source: &str) -> Option<Program> {
+    let bytes = fs::read(file).ok()?;
+    let rest = bytes.strip_prefix(source.as_bytes())?.strip_prefix(b"\0")?;
+    let (flags, bpf) = rest.split_at_checked(16)?;
+    let flags = libc::c_ulong::from_str_radix(std::str::from_utf8(flags).ok()?, 16).ok()?;
+    (!bpf.is_empty() && bpf.len().is_multiple_of(INSN)).then(|| Program {
+        bpf: bpf.to_vec(),
+        flags,
+    })
+}
+
+fn write_entry(dir: &Path, file: &Path, source: &str, program: &Program) -> std::io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)?;
+    let tmp = dir.join(format!(".{}.tmp", std::process::id()));
+    let written = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| {
+            f.write_all(source.as_bytes())?;
+            f.write_all(b"\0")?;
+            write!(f, "{:016x}", program.flags)?;
+            f.write_all(&program.bpf)
+        })
+        .and_then(|()| fs::rename(&tmp, file));
+    if written.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    written
+}
+
+/// Compiles `seccomp` with libseccomp, rule by rule as libcontainer 0.7
+/// adds them, and exports the program it would load.
+pub fn compile(seccomp: &LinuxSeccomp) -> Result<Program> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| {
+        RuntimeError::invalid("linux.seccomp", format!("{what}: {e}"))
+    };
+    if seccomp.default_action() == LinuxSeccompAction::ScmpActNotify {
+        return Err(fail(
+            "defaultAction",
+            &"SCMP_ACT_NOTIFY cannot be the default",
+        ));
+    }
+    let default = action(seccomp.default_action(), seccomp.default_errno_ret())?;
+    let mut ctx =
+        ScmpFilterContext::new(default).map_err(|e| fail("make a libseccomp filter", &e))?;
+    let mut flags = 0;
+    for flag in seccomp.flags().iter().flatten() {
+        flags |= match flag {
+            LinuxSeccompFilterFlag::SeccompFilterFlagLog => FLAG_LOG,
+            LinuxSeccompFilterFlag::SeccompFilterFlagTsync => FLAG_TSYNC,
+            LinuxSeccompFilterFlag::SeccompFilterFlagSpecAllow => FLAG_SPEC_ALLOW,
+            LinuxSeccompFilterFlag::SeccompFilterFlagWaitKillableRecv => FLAG_WAIT_KILLABLE_RECV,
+        };
+    }
+    for &a in seccomp.architectures().iter().flatten() {
+        ctx.add_arch(arch(a))
+            .map_err(|e| fail(&format!("architecture {a:?}"), &e))?;
+    }
+    let mut notifies = false;
+    for rule in seccomp.syscalls().iter().flatten() {
+        let act = action(rule.action(), rule.errno_ret())?;
+        // As libcontainer: a rule that does what the default does adds
+        // nothing (and libseccomp would refuse it).
+        if act == default {
+            continue;
+        }
+        if act == ScmpAction::Notify {
+            if rule.names().iter().any(|n| n == "write") {
+                return Err(fail(
+                    "syscalls",
+                    &"SCMP_ACT_NOTIFY cannot be used for write",
+                ));
+            }
+            notifies = true;
+        }
+        for name in rule.names() {
+            // As libcontainer: a name this libseccomp does not know is a
+            // syscall this kernel cannot be asked for either.
+            let Ok(sc) = libseccomp::ScmpSyscall::from_name(name) else {
+                continue;
+            };
+            let compares: Vec<ScmpArgCompare> = rule
+                .args()
+                .iter()
+                .flatten()
+                .map(|arg| {
+                    ScmpArgCompare::new(
+                        arg.index() as u32,
+                        op(arg.op(), arg.value_two()),
+                        arg.value(),
+                    )
+                })
+                .collect();
+            let mut indexes: Vec<u32> = rule
+                .args()
+                .iter()
+                .flatten()
+                .map(|a| a.index() as u32)
+                .collect();
+            indexes.sort_unstable();
+            indexes.dedup();
+            let added = if rule.args().is_none() {
+                ctx.add_rule(act, sc).map(drop)
+            } else if indexes.len() < compares.len() {
+                // One comparison per argument in a rule: as runc and
+                // libcontainer, each comparison then is a rule of its own.
+                compares.iter().try_for_each(|c| {
+                    ctx.add_rule_conditional(act, sc, std::slice::from_ref(c))
+                        .map(drop)
+                })
+            } else {
+                ctx.add_rule_conditional(act, sc, &compares).map(drop)
+            };
+            added.map_err(|e| fail(&format!("the rule for {name}"), &e))?;
+        }
+    }
+    if notifies {
+        flags |= FLAG_NEW_LISTENER;
+    }
+    let bpf = export(&ctx).map_err(|e| fail("export the BPF program", &e))?;
+    if bpf.is_empty() || !bpf.len().is_multiple_of(INSN) {
+        return Err(fail(
+            "export the BPF program",
+            &format!("{} bytes, not whole instructions", bpf.len()),
+        ));
+    }
+    Ok(Program { bpf, flags })
+}
+
+/// libseccomp 2.5 exports to an fd only: a memfd, read back.
+fn export(ctx: &ScmpFilterContext) -> std::io::Result<Vec<u8>> {
+    let fd = nix::sys::memfd::memfd_create(
+        c"runsbx-seccomp",
+        nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC,
+    )?;
+    ctx.export_bpf(&fd).map_err(std::io::Error::other)?;
+    let mut file = fs::File::from(fd);
+    file.rewind()?;
+    let mut bpf = Vec::new();
+    file.read_to_end(&mut bpf)?;
+    Ok(bpf)
+}
+
+fn action(action: LinuxSeccompAction, errno: Option<u32>) -> Result<ScmpAction> {
+    let errno = errno.map_or(libc::EPERM, |e| e as i32);
+    Ok(match action {
+        LinuxSeccompAction::ScmpActKill | LinuxSeccompAction::ScmpActKillThread => {
+            ScmpAction::KillThread
+        }
+        LinuxSeccompAction::ScmpActKillProcess => ScmpAction::KillProcess,
+        LinuxSeccompAction::ScmpActTrap => ScmpAction::Trap,
+        LinuxSeccompAction::ScmpActErrno => ScmpAction::Errno(errno),
+        LinuxSeccompAction::ScmpActTrace => ScmpAction::Trace(errno.try_into().map_err(|_| {
+            RuntimeError::invalid(
+                "linux.seccomp",
+                format!("SCMP_ACT_TRACE with errno {errno}"),
+            )
+        })?),
+        LinuxSeccompAction::ScmpActAllow => ScmpAction::Allow,
+        LinuxSeccompAction::ScmpActNotify => ScmpAction::Notify,
+        LinuxSeccompAction::ScmpActLog => ScmpAction::Log,
+    })
+}
+
+fn op(op: LinuxSeccompOperator, datum_b: Option<u64>) -> ScmpCompareOp {
+    match op {
+        LinuxSeccompOperator::ScmpCmpNe => ScmpCompareOp::NotEqual,
+        LinuxSeccompOperator::ScmpCmpLt => ScmpCompareOp::Less,
+        LinuxSeccompOperator::ScmpCmpLe => ScmpCompareOp::LessOrEqual,
+        LinuxSeccompOperator::ScmpCmpEq => ScmpCompareOp::Equal,
+        LinuxSeccompOperator::ScmpCmpGe => ScmpCompareOp::GreaterEqual,
+        LinuxSeccompOperator::ScmpCmpGt => ScmpCompareOp::Greater,
+        LinuxSeccompOperator::ScmpCmpMaskedEq => ScmpCompareOp::MaskedEqual(datum_b.unwrap_or(0)),
+    }
+}
+
+fn arch(arch: Arch) -> ScmpArch {
+    match arch {
+        Arch::ScmpArchNative => ScmpArch::Native,
+        Arch::ScmpArchX86 => ScmpArch::X86,
+        Arch::ScmpArchX86_64 => ScmpArch::X8664,
+        Arch::ScmpArchX32 => ScmpArch::X32,
+        Arch::ScmpArchArm => ScmpArch::Arm,
+        Arch::ScmpArchAarch64 => ScmpArch::Aarch64,
+        Arch::ScmpArchMips => ScmpArch::Mips,
+        Arch::ScmpArchMips64 => ScmpArch::Mips64,
+        Arch::ScmpArchMips64n32 => ScmpArch::Mips64N32,
+        Arch::ScmpArchMipsel => ScmpArch::Mipsel,
+        Arch::ScmpArchMipsel64 => ScmpArch::Mipsel64,
+        Arch::ScmpArchMipsel64n32 => ScmpArch::Mipsel64N32,
+        Arch::ScmpArchPpc => ScmpArch::Ppc,
+        Arch::ScmpArchPpc64 => ScmpArch::Ppc64,
+        Arch::ScmpArchPpc64le => ScmpArch::Ppc64Le,
+        Arch::ScmpArchS390 => ScmpArch::S390,
+        Arch::ScmpArchS390x => ScmpArch::S390X,
+        Arch::ScmpArchRiscv64 => ScmpArch::Riscv64,
+        Arch::ScmpArchParisc => ScmpArch::Parisc,
+        Arch::ScmpArchParisc64 => ScmpArch::Parisc64,
+        Arch::ScmpArchLoongarch64 => ScmpArch::Loongarch64,
+        Arch::ScmpArchM68k => ScmpArch::M68k,
+        Arch::ScmpArchSh => ScmpArch::Sh,
+        Arch::ScmpArchSheb => ScmpArch::Sheb,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use libcontainer::oci_spec::runtime::{LinuxSeccompBuilder, LinuxSyscallBuilder};
+
+    fn entries(dir: &Path) -> Vec<std::path::PathBuf> {
+        fs::read_dir(dir.join(CACHE_DIR))
+            .map(|d| d.map(|e| e.unwrap().path()).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn policy_filters_compile_to_whole_programs() {
+        let plain = compile(&runsbx_policy::seccomp::allowlist().unwrap()).unwrap();
+        assert!(!plain.bpf.is_empty() && plain.bpf.len().is_multiple_of(INSN));
+        assert!(!plain.notifies());
+        let reporting =
+            compile(&runsbx_policy::seccomp::reporting(Path::new("/run/x.sock")).unwrap()).unwrap();
+        assert!(reporting.notifies());
+        assert_ne!(plain.bpf, reporting.bpf);
+    }
+
+    #[test]
+    fn a_kept_program_is_the_compiled_one_and_found_again() {
+        let root = tempfile::tempdir().unwrap();
+        let filter = runsbx_policy::seccomp::allowlist().unwrap();
+        let first = Program::of(&filter, root.path()).unwrap();
+        assert_eq!(first, compile(&filter).unwrap());
+        let kept = entries(root.path());
+        assert_eq!(kept.len(), 1, "{kept:?}");
+        assert_eq!(Program::of(&filter, root.path()).unwrap(), first);
+        // The listener's path is not the program's: one entry for any.
+        let a = runsbx_policy::seccomp::reporting(Path::new("/run/a.sock")).unwrap();
+        let b = runsbx_policy::seccomp::reporting(Path::new("/run/b.sock")).unwrap();
+        assert_eq!(
+            Program::of(&a, root.path()).unwrap(),
+            Program::of(&b, root.path()).unwrap()
+        );
+        assert_eq!(entries(root.path()).len(), 2);
+    }
+
+    #[test]
+    fn an_entry_of_another_filter_is_not_used() {
+        let root = tempfile::tempdir().unwrap();
+        let filter = runsbx_policy::seccomp::allowlist().unwrap();
+        let program = Program::of(&filter, root.path()).unwrap();
+        let file = entries(root.path()).remove(0);
+        // The same name holding another filter's text and a program that
+        // allows everything: not this filter's, so compiled again.
+        let allow_all = LinuxSeccompBuilder::default()
+            .default_action(LinuxSeccompAction::ScmpActAllow)
+            .build()
+            .unwrap();
+        let other = compile(&allow_all).unwrap();
+        write_entry(file.parent().unwrap(), &file, "another filter", &other).unwrap();
+        assert_eq!(Program::of(&filter, root.path()).unwrap(), program);
+        // Cut short: not used either.
+        let bytes = fs::read(&file).unwrap();
+        fs::write(&file, &bytes[..bytes.len() - 3]).unwrap();
+        assert_eq!(Program::of(&filter, root.path()).unwrap(), program);
+    }
+
+    #[test]
+    fn notify_as_default_or_for_write_is_refused() {
+        let notify_default = LinuxSeccompBuilder::default()
+            .default_action(LinuxSeccompAction::ScmpActNotify)
+            .build()
+            .unwrap();
+        assert!(compile(&notify_default).is_err());
+        let notify_write = LinuxSeccompBuilder::default()
+            .default_action(LinuxSeccompAction::ScmpActAllow)
+            .syscalls(vec![LinuxSyscallBuilder::default()
+                .names(vec!["write".to_owned()])
+                .action(LinuxSeccompAction::ScmpActNotify)
+                .build()
+                .unwrap()])
+            .build()
+            .unwrap();
+        assert!(compile(&notify_write).is_err());
+    }
+
+    /// The program, installed in a child, denies what the filter denies
+    /// with the filter's errno and allows the rest.
+    #[test]
+    fn an_installed_program_denies_what_its_filter_does() {
+        let filter = LinuxSeccompBuilder::default()
+            .default_action(LinuxSeccompAction::ScmpActAllow)
+            .syscalls(vec![LinuxSyscallBuilder::default()
+                .names(vec!["getppid".to_owned()])
+                .action(LinuxSeccompAction::ScmpActErrno)
+                .errno_ret(libc::EXDEV as u32)
+                .build()
+                .unwrap()])
+            .build()
+            .unwrap();
+        let program = compile(&filter).unwrap();
+        // SAFETY: the child only makes syscalls and exits.
+        match unsafe { nix::unistd::fork() }.unwrap() {
+            nix::unistd::ForkResult::Child => {
+                let code = (|| {
+                    nix::sys::prctl::set_no_new_privs().ok()?;
+                    program.install().ok()?;
+                    // SAFETY: plain syscalls.
+                    let denied = unsafe { libc::syscall(libc::SYS_getppid) };
+                    let errno = std::io::Error::last_os_error().raw_os_error();
+                    let allowed = unsafe { libc::syscall(libc::SYS_getpid) };
+                    (denied == -1 && errno == Some(libc::EXDEV) && allowed > 0).then_some(0)
+                })()
+                .unwrap_or(1);
+                // SAFETY: ends the child without running the parent's
+                // destructors.
+                unsafe { libc::_exit(code) }
+            }
+            nix::unistd::ForkResult::Parent { child } => {
+                let status = nix::sys::wait::waitpid(child, None).unwrap();
+                assert_eq!(status, nix::sys::wait::WaitStatus::Exited(child, 0));
+            }
+        }
+    }
+}
