@@ -69,7 +69,7 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
     // The container's seccomp filter and rlimits, which libcontainer's exec
     // would not apply (see sandbox/exec_guard.rs).
     let effective = crate::state::bundle::load(container.bundle())?;
-    let guard = ExecGuard::for_container(container.bundle(), &effective.spec)?;
+    let guard = ExecGuard::for_container(root.path(), container.bundle(), &effective.spec)?;
     let process_file = check_process(opts, &effective, container.bundle())?;
     let cwd = opts
         .cwd

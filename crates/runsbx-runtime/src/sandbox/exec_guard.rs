@@ -10,27 +10,31 @@
 
 use std::path::Path;
 
-use libcontainer::oci_spec::runtime::{LinuxSeccomp, PosixRlimit, Spec};
+use libcontainer::oci_spec::runtime::{PosixRlimit, Spec};
 use libcontainer::workload::default::DefaultExecutor;
 use libcontainer::workload::{Executor, ExecutorError, ExecutorValidationError};
 
+use crate::sys::seccomp::Program;
+
 #[derive(Clone, Debug)]
 pub struct ExecGuard {
-    seccomp: Option<LinuxSeccomp>,
+    seccomp: Program,
     rlimits: Vec<PosixRlimit>,
 }
 
 impl ExecGuard {
     /// The guard for processes exec'd into the container whose effective
-    /// bundle is `dir`, with spec `spec`; an error when its seccomp filter
-    /// cannot be read.
-    pub fn for_container(dir: &Path, spec: &Spec) -> crate::error::Result<Self> {
+    /// bundle is `dir`, with spec `spec`, its filter's program compiled or
+    /// read from the state root `root` (see sys/seccomp.rs); an error when
+    /// its seccomp filter cannot be read.
+    pub fn for_container(root: &Path, dir: &Path, spec: &Spec) -> crate::error::Result<Self> {
         let seccomp = crate::state::bundle::Effective::seccomp(dir, spec)?;
+        // A call's filter reports to the call's listener, which gets the
+        // init's notification fd only: here the same denials are answered
+        // by the filter itself.
+        let unreported = runsbx_policy::seccomp::unreported(&seccomp);
         Ok(Self {
-            // A call's filter reports to the call's listener, which gets
-            // the init's notification fd only: here the same denials are
-            // answered by the filter itself.
-            seccomp: Some(runsbx_policy::seccomp::unreported(&seccomp)),
+            seccomp: Program::of(&unreported, root)?,
             rlimits: spec
                 .process()
                 .as_ref()
@@ -57,19 +61,21 @@ impl Executor for ExecGuard {
                 })?;
             }
         }
-        if let Some(seccomp) = &self.seccomp {
-            // Installing a filter without CAP_SYS_ADMIN needs no_new_privs;
-            // a sandbox's processes always have it.
-            nix::sys::prctl::set_no_new_privs()
-                .map_err(|e| ExecutorError::Other(format!("exec: set no_new_privs: {e}")))?;
-            match libcontainer::seccomp::initialize_seccomp(seccomp) {
-                Ok(None) => {}
-                Ok(Some(_)) => {
-                    return Err(ExecutorError::Other(
-                        "exec: the container's seccomp profile uses SCMP_ACT_NOTIFY, which runsbx does not support for exec".to_owned(),
-                    ))
-                }
-                Err(e) => return Err(ExecutorError::Other(format!("exec: install the container's seccomp filter: {e}"))),
+        // Installing a filter without CAP_SYS_ADMIN needs no_new_privs; a
+        // sandbox's processes always have it.
+        nix::sys::prctl::set_no_new_privs()
+            .map_err(|e| ExecutorError::Other(format!("exec: set no_new_privs: {e}")))?;
+        match self.seccomp.install() {
+            Ok(None) => {}
+            Ok(Some(_)) => {
+                return Err(ExecutorError::Other(
+                    "exec: the container's seccomp filter notifies (SCMP_ACT_NOTIFY), which runsbx does not support for exec".to_owned(),
+                ))
+            }
+            Err(e) => {
+                return Err(ExecutorError::Other(format!(
+                    "exec: install the container's seccomp filter: {e}"
+                )))
             }
         }
         DefaultExecutor {}.exec(spec)
