@@ -424,7 +424,10 @@ impl<'a> Sandbox<'a> {
     /// attestation, the re-check included.
     fn start(&mut self) -> Result<Vec<runsbx_policy::Layer>> {
         let mut attestation = self.built.attestation.clone();
-        attestation.extend(network::recheck_network(&self.built.container, "start")?);
+        attestation.extend(network::check_at_start(
+            &self.built.container,
+            self.built.network_checked.as_deref(),
+        )?);
         self.built
             .container
             .start()

@@ -107,6 +107,10 @@ pub(crate) struct Built {
     /// With a seccomp listener and a network namespace of its own: a
     /// sock_diag socket made inside it, for the listener's hints.
     pub sock_diag: Option<std::os::fd::OwnedFd>,
+    /// A network namespace of its own promised loopback only: what the
+    /// network setup removed when it held it to that (see
+    /// sandbox/network.rs, `check_at_start`).
+    pub network_checked: Option<Vec<String>>,
 }
 
 /// Creates container `id`: its namespaces and root exist, its process waits
@@ -302,13 +306,22 @@ fn build_from(
         Some(runsbx_policy::Learn::Dir(dir)) => Some(dir.join(format!("{id}.json"))),
         _ => None,
     };
-    let (proxy, sock_diag) = network_up(
+    let loopback_only = hardened
+        .attestation
+        .iter()
+        .any(|l| l.layer == "network_loopback_only" && l.in_force);
+    let Network {
+        proxy,
+        sock_diag,
+        network_checked,
+    } = network_up(
         init,
         &spec,
         hardened.egress.as_ref(),
         inspection,
         req.secrets,
         req.seccomp_listener.is_some(),
+        loopback_only,
     )?;
     let duties = Duties {
         learn,
@@ -337,6 +350,7 @@ fn build_from(
         id_range: range,
         trust_bundle,
         sock_diag,
+        network_checked,
     })
 }
 
@@ -570,10 +584,19 @@ fn fill_tmpfs(container: &Container, spec: &Spec, dests: &[PathBuf]) -> Result<(
     copyup::copy_up(init_pid(container)?, has_userns(spec), &rootfs, dests)
 }
 
-/// In a new network namespace: `lo` up, the egress proxy's listening
+/// What [`network_up`] made.
+struct Network {
+    proxy: Option<supervisor::Proxy>,
+    sock_diag: Option<std::os::fd::OwnedFd>,
+    network_checked: Option<Vec<String>>,
+}
+
+/// In a new network namespace: `lo` up, held to loopback when
+/// `loopback_only` (the policy's promise), the egress proxy's listening
 /// socket made inside it for the supervisor (a pod's other containers
 /// share this one's network namespace and its proxy), and with `sock_diag`
-/// (a call's seccomp listener) a sock_diag socket for its hints.
+/// (a call's seccomp listener) a sock_diag socket for its hints; all in
+/// one helper.
 fn network_up(
     init: nix::unistd::Pid,
     spec: &Spec,
@@ -581,19 +604,28 @@ fn network_up(
     inspection: Option<egress::Inspection>,
     secrets: &[runsbx_proxy::Secret],
     sock_diag: bool,
-) -> Result<(Option<supervisor::Proxy>, Option<std::os::fd::OwnedFd>)> {
+    loopback_only: bool,
+) -> Result<Network> {
     if !creates_netns(spec) {
-        return Ok((None, None));
+        return Ok(Network {
+            proxy: None,
+            sock_diag: None,
+            network_checked: None,
+        });
     }
     let port = egress.map(|_| egress::PROXY_PORT);
-    let inside = netns::network_up(init, has_userns(spec), port, sock_diag)?;
+    let inside = netns::network_up(init, has_userns(spec), port, sock_diag, loopback_only)?;
     let proxy = match (egress, inside.proxy) {
         (Some(plan), Some(listener)) => {
             Some((listener, egress::proxy_config(plan, inspection, secrets)?))
         }
         _ => None,
     };
-    Ok((proxy, inside.sock_diag))
+    Ok(Network {
+        proxy,
+        sock_diag: inside.sock_diag,
+        network_checked: inside.removed,
+    })
 }
 
 /// Gives a spec without a cgroup path runsbx's (libcontainer's own default

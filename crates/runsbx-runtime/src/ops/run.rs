@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::ops::create::{build, CreateOptions};
-use crate::sandbox::network::recheck_network;
+use crate::sandbox::network::check_at_start;
 use crate::sandbox::supervisor;
 use crate::sandbox::teardown::{destroy, destroy_reaped};
 use crate::state::container::{init_pid, load, op_err};
@@ -21,14 +21,16 @@ pub fn run(
 ) -> Result<i32> {
     userns::reexec_in_own_userns()?;
     let lock = root.lock(id)?;
-    let mut container = build(root, id, opts, detach, &lock)?.container;
+    let built = build(root, id, opts, detach, &lock)?;
+    let checked = built.network_checked;
+    let mut container = built.container;
     let pid = init_pid(&container)?;
     // Block the signals we forward, and SIGCHLD, before the process is
     // released: one that exits at once must not be missed (youki 0.7's
     // `run` hangs on `/bin/true` for that reason). The container's process
     // was cloned during build and keeps its own, empty, mask.
     let guard = (!detach).then(signal::SignalGuard::block_all).transpose()?;
-    if let Err(e) = recheck_network(&container, "start")
+    if let Err(e) = check_at_start(&container, checked.as_deref())
         .and_then(|_| container.start().map_err(|e| op_err("start", id, e)))
     {
         let _ = destroy(root, &mut container);

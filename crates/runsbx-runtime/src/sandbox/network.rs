@@ -17,20 +17,45 @@ pub(crate) fn recheck_network(
     container: &Container,
     when: &str,
 ) -> Result<Option<runsbx_policy::Layer>> {
-    let dir = container.bundle();
-    let promised = bundle::Effective::report(dir).is_some_and(|r| {
-        r["attestation"].as_array().is_some_and(|layers| {
-            layers
-                .iter()
-                .any(|l| l["layer"] == "network_loopback_only" && l["in_force"] == true)
-        })
-    });
-    if !promised {
+    if !promised(container.bundle()) {
         return Ok(None);
     }
     // A hardened sandbox always has a user namespace (the policy requires
     // one), which owns its network namespace: the helper joins it first.
     let removed = netns::hold_to_loopback(init_pid(container)?, true)?;
+    attest(container, when, &removed).map(Some)
+}
+
+/// As [`recheck_network`] at `start`, for a sandbox that the same runsbx
+/// process made and starts now (`run`, a call): `checked`, what create's
+/// network setup removed when it held the namespace to loopback
+/// (`Built::network_checked`), stands for the check, since no other process
+/// can have entered the sandbox in between. `None`: checked again now.
+pub(crate) fn check_at_start(
+    container: &Container,
+    checked: Option<&[String]>,
+) -> Result<Option<runsbx_policy::Layer>> {
+    match checked {
+        Some(removed) => attest(container, "start", removed).map(Some),
+        None => recheck_network(container, "start"),
+    }
+}
+
+/// Whether the sandbox whose effective bundle is `dir` was promised a
+/// loopback-only network.
+fn promised(dir: &std::path::Path) -> bool {
+    bundle::Effective::report(dir).is_some_and(|r| {
+        r["attestation"].as_array().is_some_and(|layers| {
+            layers
+                .iter()
+                .any(|l| l["layer"] == "network_loopback_only" && l["in_force"] == true)
+        })
+    })
+}
+
+/// The layer that says the network was held to loopback before `when`,
+/// and what that removed, recorded with the sandbox's attestation.
+fn attest(container: &Container, when: &str, removed: &[String]) -> Result<runsbx_policy::Layer> {
     let detail = if removed.is_empty() {
         format!("checked at {when}: only lo")
     } else {
@@ -51,6 +76,6 @@ pub(crate) fn recheck_network(
         in_force: true,
         detail,
     };
-    bundle::Effective::attest(dir, &layer)?;
-    Ok(Some(layer))
+    bundle::Effective::attest(container.bundle(), &layer)?;
+    Ok(layer)
 }

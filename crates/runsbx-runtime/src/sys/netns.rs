@@ -36,18 +36,23 @@ pub struct Inside {
     /// A sock_diag netlink socket (see sock_diag.rs): what listens in the
     /// namespace, for the seccomp listener's hints.
     pub sock_diag: Option<OwnedFd>,
+    /// Asked to hold the namespace to loopback: what was removed (see
+    /// [`hold_to_loopback`]).
+    pub removed: Option<Vec<String>>,
 }
 
 /// Sets `lo` up in the network namespace of process `pid`, joining its
 /// user namespace first when `own_userns` (the spec gave it one); in the
-/// same helper, makes the sockets asked for inside it and passes them back
-/// over a socketpair (SCM_RIGHTS). Nothing stays inside the sandbox but
-/// the sockets.
+/// same helper, with `loopback_only`, holds it to loopback as
+/// [`hold_to_loopback`] does, and makes the sockets asked for inside it and
+/// passes them back over a socketpair (SCM_RIGHTS). Nothing stays inside
+/// the sandbox but the sockets.
 pub fn network_up(
     pid: Pid,
     own_userns: bool,
     proxy_port: Option<u16>,
     sock_diag: bool,
+    loopback_only: bool,
 ) -> Result<Inside> {
     use nix::sys::socket::{
         recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
@@ -69,6 +74,19 @@ pub fn network_up(
             let _ = out.write_all(b"bring up `lo`");
             return errno;
         }
+        // What was removed is what the helper says when it succeeds; its
+        // error, the only thing when it fails.
+        let removed = if loopback_only {
+            match only_loopback() {
+                Ok(removed) => removed.join("\n"),
+                Err((errno, why)) => {
+                    let _ = out.write_all(why.as_bytes());
+                    return errno;
+                }
+            }
+        } else {
+            String::new()
+        };
         let mut fds = Vec::new();
         // Each socket's tag, in the order of `fds`.
         let mut tags = Vec::new();
@@ -97,21 +115,28 @@ pub fn network_up(
             tags.push(b'D');
         }
         if fds.is_empty() {
+            let _ = out.write_all(removed.as_bytes());
             return 0;
         }
         let cmsg = [ControlMessage::ScmRights(&fds)];
         let iov = [std::io::IoSlice::new(&tags)];
         match sendmsg::<()>(theirs.as_raw_fd(), &iov, &cmsg, MsgFlags::empty(), None) {
-            Ok(_) => 0,
+            Ok(_) => {
+                let _ = out.write_all(removed.as_bytes());
+                0
+            }
             Err(e) => {
                 let _ = out.write_all(b"pass the sockets back");
                 e as i32
             }
         }
     };
-    in_namespaces_of(pid, own_userns, "set up the network", &make)?;
+    let said = in_namespaces_of(pid, own_userns, "set up the network", &make)?;
     drop(theirs);
-    let mut inside = Inside::default();
+    let mut inside = Inside {
+        removed: loopback_only.then(|| lines(&said)),
+        ..Inside::default()
+    };
     if proxy_port.is_none() && !sock_diag {
         return Ok(inside);
     }
@@ -167,11 +192,16 @@ pub fn hold_to_loopback(pid: Pid, own_userns: bool) -> Result<Vec<String>> {
         let _ = out.write_all(text.as_bytes());
         code
     });
-    Ok(String::from_utf8_lossy(&out?)
+    Ok(lines(&out?))
+}
+
+/// A helper's text, one item a line.
+fn lines(said: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(said)
         .lines()
         .filter(|l| !l.is_empty())
         .map(str::to_owned)
-        .collect())
+        .collect()
 }
 
 /// In the helper: deletes what is not loopback's, then checks. `Err` holds
