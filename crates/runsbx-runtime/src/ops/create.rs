@@ -557,15 +557,7 @@ fn seal(root: &StateRoot, spec: &mut Spec) -> Result<Option<(LinuxSeccomp, Seali
     else {
         return Ok(None);
     };
-    let program = match crate::sys::seccomp::Program::of(&seccomp, root.path()) {
-        Ok(program) => program,
-        Err(e) => {
-            if let Some(linux) = spec.linux_mut() {
-                linux.set_seccomp(Some(seccomp));
-            }
-            return Err(e);
-        }
-    };
+    let program = crate::sys::seccomp::Program::of(&seccomp, root.path())?;
     let listener = seccomp.listener_path().clone();
     Ok(Some((seccomp, Sealing { program, listener })))
 }
