@@ -148,7 +148,8 @@ impl Listener {
 
     /// Serves the sandbox's notifications from a thread, until
     /// [`Serving::finish`]. Call it once the sandbox is built (after every
-    /// fork); what libcontainer sent meanwhile waits in the socket.
+    /// fork); a connection made or an fd sent meanwhile waits in the
+    /// socket.
     /// `sock_diag`, a sock_diag socket in the sandbox's network namespace,
     /// tells which of its loopback ports are taken (for the hints).
     pub fn serve(self, id: &str, sock_diag: Option<OwnedFd>) -> Result<Serving> {
@@ -218,8 +219,8 @@ impl Drop for Serving {
     }
 }
 
-/// The thread: accepts libcontainer's connections, takes the fd each
-/// brings, answers every notification, until `stop` is readable; then
+/// The thread: accepts connections, takes the fd each brings when it
+/// comes, answers every notification, until `stop` is readable; then
 /// answers what is still pending and returns.
 fn serve(id: &str, sock: &UnixListener, stop: &OwnedFd, sock_diag: Option<&OwnedFd>) -> Seen {
     let mut seen = Seen::default();
@@ -276,7 +277,7 @@ fn serve(id: &str, sock: &UnixListener, stop: &OwnedFd, sock_diag: Option<&Owned
             keep
         });
         if ready[1].contains(PollFlags::POLLIN) {
-            accept(sock, &mut conns);
+            accept(id, sock, &mut conns);
         }
         if stopping {
             // The sandbox's command is over: whatever a connection sent
@@ -317,11 +318,15 @@ fn drain(id: &str, fds: &[OwnedFd], sock_diag: Option<&OwnedFd>, seen: &mut Seen
 }
 
 /// Accepts each pending connection, to be read when it is readable.
-fn accept(sock: &UnixListener, conns: &mut Vec<UnixStream>) {
+fn accept(id: &str, sock: &UnixListener, conns: &mut Vec<UnixStream>) {
     while let Ok((conn, _)) = sock.accept() {
-        if conn.set_nonblocking(true).is_ok() && conns.len() < MAX_FDS {
-            conns.push(conn);
+        if conns.len() >= MAX_FDS || conn.set_nonblocking(true).is_err() {
+            // Dropping it: the fd it would bring is never answered, and
+            // that process's denials become ENOSYS, still denials.
+            tracing::warn!(id, "seccomp listener: a connection dropped");
+            continue;
         }
+        conns.push(conn);
     }
 }
 
