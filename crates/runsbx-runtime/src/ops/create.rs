@@ -251,7 +251,7 @@ fn build_from(
     let sealed = seal(root, &mut spec)?;
     let effective = bundle::Effective::write(root, id, &source.dir, &spec, &report)?;
     if let Some((seccomp, _)) = &sealed {
-        effective.record_seccomp(seccomp)?;
+        bundle::Effective::record_seccomp(root, id, seccomp)?;
     }
     if let Some(workspace) = req.workspace {
         workspace.give_to_root_of(&spec)?;

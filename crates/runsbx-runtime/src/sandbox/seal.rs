@@ -139,3 +139,39 @@ impl Executor for Seal {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use libcontainer::oci_spec::runtime::{HookBuilder, HooksBuilder, LinuxBuilder};
+
+    fn spec(seccomp: bool, start_hook: bool) -> Spec {
+        let mut linux = LinuxBuilder::default().build().unwrap();
+        if seccomp {
+            linux.set_seccomp(Some(runsbx_policy::seccomp::allowlist().unwrap()));
+        }
+        let mut spec = Spec::default();
+        spec.set_linux(Some(linux));
+        if start_hook {
+            let hook = HookBuilder::default().path("/bin/hook").build().unwrap();
+            spec.set_hooks(Some(
+                HooksBuilder::default()
+                    .start_container(vec![hook])
+                    .build()
+                    .unwrap(),
+            ));
+        }
+        spec
+    }
+
+    /// A startContainer hook runs in the sandbox after `start`, before
+    /// runsbx's executor: its spec keeps libcontainer's installation,
+    /// which comes before `start`.
+    #[test]
+    fn a_start_container_hook_keeps_libcontainers_installation() {
+        assert!(installs(&spec(true, false)));
+        assert!(!installs(&spec(true, true)));
+        assert!(!installs(&spec(false, false)));
+    }
+}

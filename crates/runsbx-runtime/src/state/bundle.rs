@@ -430,11 +430,15 @@ impl Effective {
 
     /// Records the seccomp filter runsbx installs in the init itself, left
     /// out of config.json so that libcontainer does not compile it too.
-    pub fn record_seccomp(&self, seccomp: &LinuxSeccomp) -> Result<()> {
-        let path = self.dir.join(SECCOMP_FILE);
-        let json = serde_json::to_vec(seccomp)
-            .map_err(|e| RuntimeError::invalid(format!("encode {path:?}"), e.to_string()))?;
-        fs::write(&path, json).map_err(|e| RuntimeError::io(format!("write {path:?}"), e))
+    pub fn record_seccomp(
+        root: &crate::state::root::StateRoot,
+        id: &str,
+        seccomp: &LinuxSeccomp,
+    ) -> Result<()> {
+        let json = serde_json::to_vec(seccomp).map_err(|e| {
+            RuntimeError::invalid(format!("the seccomp filter of `{id}`"), e.to_string())
+        })?;
+        Self::record(root, id, SECCOMP_FILE, &json, "seccomp filter")
     }
 
     /// The seccomp filter of the sandbox whose effective bundle is `dir`
@@ -554,25 +558,24 @@ mod tests {
 
     #[test]
     fn an_exec_finds_the_filter_where_create_put_it_or_fails() {
-        let dir = tempfile::tempdir().unwrap();
-        let effective = Effective {
-            dir: dir.path().to_owned(),
-        };
+        let tmp = tempfile::tempdir().unwrap();
+        let root = crate::state::root::StateRoot::open(&tmp.path().join("root")).unwrap();
+        let dir = Effective::path(&root, "c1");
         let mut spec = Spec::default();
         if let Some(linux) = spec.linux_mut() {
             linux.set_seccomp(None);
         }
         // Neither in config.json nor beside it: no exec without a filter.
-        let err = Effective::seccomp(dir.path(), &spec).unwrap_err();
+        let err = Effective::seccomp(&dir, &spec).unwrap_err();
         assert!(err.to_string().contains("seccomp.json"), "{err}");
         let filter = runsbx_policy::seccomp::allowlist().unwrap();
-        effective.record_seccomp(&filter).unwrap();
-        assert_eq!(Effective::seccomp(dir.path(), &spec).unwrap(), filter);
+        Effective::record_seccomp(&root, "c1", &filter).unwrap();
+        assert_eq!(Effective::seccomp(&dir, &spec).unwrap(), filter);
         // config.json's own, where it has one.
         let unreported = runsbx_policy::seccomp::unreported(&filter);
         if let Some(linux) = spec.linux_mut() {
             linux.set_seccomp(Some(unreported.clone()));
         }
-        assert_eq!(Effective::seccomp(dir.path(), &spec).unwrap(), unreported);
+        assert_eq!(Effective::seccomp(&dir, &spec).unwrap(), unreported);
     }
 }
