@@ -34,7 +34,7 @@ use crate::error::{Result, RuntimeError};
 pub const CACHE_DIR: &str = "@seccomp";
 
 /// Bumped when what an entry holds, or how it is compiled, changes.
-const FORMAT: &str = "runsbx seccomp bpf 1";
+const FORMAT: &str = "runsbx seccomp bpf 2";
 
 // seccomp(2)'s filter flags (linux/seccomp.h).
 const FLAG_TSYNC: libc::c_ulong = 1;
@@ -137,14 +137,18 @@ fn hash(source: &str) -> u64 {
     h.finish()
 }
 
-/// An entry is the source text, a NUL, then the flags as 16 hex digits and
-/// the BPF.
+/// An entry is the source text, a NUL, the flags and the program's length
+/// in bytes as 16 hex digits each, then the program: one that is not
+/// whole is not used.
 fn read_entry(file: &Path, source: &str) -> Option<Program> {
     let bytes = fs::read(file).ok()?;
     let rest = bytes.strip_prefix(source.as_bytes())?.strip_prefix(b"\0")?;
-    let (flags, bpf) = rest.split_at_checked(16)?;
-    let flags = libc::c_ulong::from_str_radix(std::str::from_utf8(flags).ok()?, 16).ok()?;
-    (!bpf.is_empty() && bpf.len().is_multiple_of(INSN)).then(|| Program {
+    let hex = |digits: &[u8]| u64::from_str_radix(std::str::from_utf8(digits).ok()?, 16).ok();
+    let (flags, rest) = rest.split_at_checked(16)?;
+    let (len, bpf) = rest.split_at_checked(16)?;
+    let flags = libc::c_ulong::try_from(hex(flags)?).ok()?;
+    let whole = usize::try_from(hex(len)?).ok()? == bpf.len();
+    (whole && !bpf.is_empty() && bpf.len().is_multiple_of(INSN)).then(|| Program {
         bpf: bpf.to_vec(),
         flags,
     })
@@ -155,7 +159,10 @@ fn write_entry(dir: &Path, file: &Path, source: &str, program: &Program) -> std:
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    let tmp = dir.join(format!(".{}.tmp", std::process::id()));
+    // A name no other writer uses: in this process, one per write.
+    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!(".{}.{n}.tmp", std::process::id()));
     let written = fs::OpenOptions::new()
         .write(true)
         .create(true)
@@ -165,7 +172,7 @@ fn write_entry(dir: &Path, file: &Path, source: &str, program: &Program) -> std:
         .and_then(|mut f| {
             f.write_all(source.as_bytes())?;
             f.write_all(b"\0")?;
-            write!(f, "{:016x}", program.flags)?;
+            write!(f, "{:016x}{:016x}", program.flags, program.bpf.len())?;
             f.write_all(&program.bpf)
         })
         .and_then(|()| fs::rename(&tmp, file));
@@ -407,10 +414,16 @@ mod tests {
         let other = compile(&allow_all).unwrap();
         write_entry(file.parent().unwrap(), &file, "another filter", &other).unwrap();
         assert_eq!(Program::of(&filter, root.path()).unwrap(), program);
-        // Cut short: not used either.
-        let bytes = fs::read(&file).unwrap();
-        fs::write(&file, &bytes[..bytes.len() - 3]).unwrap();
-        assert_eq!(Program::of(&filter, root.path()).unwrap(), program);
+        // Cut short, even by whole instructions: not used either.
+        for cut in [3, INSN] {
+            let bytes = fs::read(&file).unwrap();
+            fs::write(&file, &bytes[..bytes.len() - cut]).unwrap();
+            assert_eq!(Program::of(&filter, root.path()).unwrap(), program);
+            assert_eq!(
+                read_entry(&file, &source_text(&filter).unwrap()),
+                Some(program.clone())
+            );
+        }
     }
 
     #[test]
