@@ -311,6 +311,50 @@ fn cgroup_commands(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, cgroup_commands: cgroup_commands_as_root, cgroup_commands_rootless);
 
+/// runsbx ignores SIGPIPE while libcontainer builds (a hook may close its
+/// stdin unread), and an ignored signal is inherited across exec: the
+/// container's process must start with SIGPIPE's default action all the
+/// same, through runsbx's executor and through libcontainer's (a spec
+/// with a startContainer hook, where libcontainer installs the filter).
+fn sigpipe_has_its_default_action(fx: Fixture) {
+    let profiles = fx.dir.path().join("profiles");
+    fs::create_dir_all(&profiles).unwrap();
+    fs::write(
+        profiles.join("hooked.toml"),
+        "name = \"hooked\"\nhooks = true\n",
+    )
+    .unwrap();
+    let config = fx.dir.path().join("config.toml");
+    fs::write(
+        &config,
+        format!("profile = \"hooked\"\nprofiles_dir = {:?}\n", profiles),
+    )
+    .unwrap();
+    let show = ["sh", "-c", "grep SigIgn /proc/self/status"];
+    let hooks = [
+        json!(null),
+        json!({"startContainer": [{"path": "/bin/true"}]}),
+    ];
+    for (i, hooks) in hooks.into_iter().enumerate() {
+        let b = fx.bundle(&format!("b{i}"), &show, |spec| spec["hooks"] = hooks);
+        let out = fx.run([
+            "--config",
+            config.to_str().unwrap(),
+            "run",
+            "--bundle",
+            b.to_str().unwrap(),
+            "c1",
+        ]);
+        assert_eq!(out.code, 0, "{out:?}");
+        let ignored = out.stdout.trim().strip_prefix("SigIgn:").unwrap().trim();
+        let ignored = u64::from_str_radix(ignored, 16).unwrap();
+        const SIGPIPE: u32 = 13;
+        assert_eq!(ignored & (1 << (SIGPIPE - 1)), 0, "hooks {i}: {out:?}");
+    }
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, sigpipe_has_its_default_action: sigpipe_default_as_root, sigpipe_default_rootless);
+
 /// As root on a cgroup v1 host the sandbox's first process is forked into
 /// its cgroups by a thread of runsbx that moved only itself there, and
 /// libcontainer's own `cgroup.procs` writes (each a wait for an RCU grace

@@ -489,10 +489,11 @@ fn libcontainer_build(
         builder = builder.map(|b| b.with_stdin(stdin).with_stdout(stdout).with_stderr(stderr));
     }
     match executor {
-        Executor::Default => {}
+        Executor::Default => builder = builder.map(|b| b.with_executor(Plain)),
         Executor::Stub(stub) => builder = builder.map(|b| b.with_executor(stub)),
         Executor::Seal(seal) => builder = builder.map(|b| b.with_executor(seal)),
     }
+    let _hooks_may_close_stdin = crate::sys::signal::SigpipeIgnored::new();
     builder
         .map(|b| {
             b.as_init(&effective.dir)
@@ -503,6 +504,32 @@ fn libcontainer_build(
         })
         .and_then(|b| b.build())
         .map_err(|e| op_err("create", id, e))
+}
+
+/// libcontainer's own executor, once the init has given SIGPIPE its
+/// default action back (see `SigpipeIgnored` in sys/signal.rs).
+#[derive(Clone)]
+struct Plain;
+
+impl libcontainer::workload::Executor for Plain {
+    fn exec(&self, spec: &Spec) -> std::result::Result<(), libcontainer::workload::ExecutorError> {
+        crate::sys::signal::restore_default_sigpipe();
+        libcontainer::workload::default::DefaultExecutor {}.exec(spec)
+    }
+
+    fn validate(
+        &self,
+        spec: &Spec,
+    ) -> std::result::Result<(), libcontainer::workload::ExecutorValidationError> {
+        libcontainer::workload::default::DefaultExecutor {}.validate(spec)
+    }
+
+    fn setup_envs(
+        &self,
+        envs: std::collections::HashMap<String, String>,
+    ) -> std::result::Result<(), libcontainer::workload::ExecutorSetEnvsError> {
+        libcontainer::workload::default::DefaultExecutor {}.setup_envs(envs)
+    }
 }
 
 /// What the init runs last, in the sandbox.

@@ -115,6 +115,7 @@ impl Seal {
 
 impl Executor for Seal {
     fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
+        crate::sys::signal::restore_default_sigpipe();
         self.install()?;
         match &self.stub {
             Some(stub) => stub.exec(spec),

@@ -33,12 +33,42 @@ pub fn parse(text: &str) -> Result<Signal> {
 /// startup, and an ignored signal stays ignored across fork and exec: every
 /// container runsbx starts would inherit that, and `yes | head` in a
 /// sandbox would spin on EPIPE forever instead of ending. Called first
-/// thing in main, before any container exists.
+/// thing in main, before any container exists, and in a sandbox's init
+/// before it execs (see [`SigpipeIgnored`]).
 pub fn restore_default_sigpipe() {
     // SAFETY: setting a signal's disposition to its default installs no
-    // handler; nothing runs on another thread yet.
+    // handler.
     let _ =
         unsafe { nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
+}
+
+/// SIGPIPE ignored until dropped, when its default action is back.
+///
+/// While libcontainer builds a sandbox: it writes the container's state to
+/// each hook's stdin, and a hook may end without reading it (`/bin/false`
+/// does). libcontainer takes the EPIPE in stride, but with SIGPIPE's
+/// default action runsbx was killed in the middle of the create, with
+/// nothing cleaned up. The processes libcontainer clones meanwhile inherit
+/// the ignored signal; the init gives it its default action back before
+/// it execs (every executor runsbx hands libcontainer does,
+/// `ops/create.rs`), and libcontainer starts hooks through
+/// `std::process::Command`, which does too.
+pub struct SigpipeIgnored(());
+
+impl SigpipeIgnored {
+    pub fn new() -> Self {
+        // SAFETY: ignoring a signal installs no handler.
+        let _ = unsafe {
+            nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigIgn)
+        };
+        Self(())
+    }
+}
+
+impl Drop for SigpipeIgnored {
+    fn drop(&mut self) {
+        restore_default_sigpipe();
+    }
 }
 
 /// Signals blocked (to be taken with sigwait or a signalfd) while a
