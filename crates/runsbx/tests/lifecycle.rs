@@ -311,6 +311,57 @@ fn cgroup_commands(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, cgroup_commands: cgroup_commands_as_root, cgroup_commands_rootless);
 
+/// A create that libcontainer fails after it forked the sandbox's
+/// processes leaves nothing. Its own cleanup removes the state by which
+/// they could be found, so runsbx kills them as its children. The
+/// failures come from prestart hooks (in a profile that allows hooks): one
+/// fails while the init waits for it; the other turns the container's
+/// state file into a directory, so that libcontainer's last step fails
+/// once the init is ready and waits for `start`, which nothing would send.
+fn failed_create_leaves_nothing(fx: Fixture) {
+    let profiles = fx.dir.path().join("profiles");
+    fs::create_dir_all(&profiles).unwrap();
+    fs::write(
+        profiles.join("hooked.toml"),
+        "name = \"hooked\"\nhooks = true\n",
+    )
+    .unwrap();
+    let config = fx.dir.path().join("config.toml");
+    fs::write(
+        &config,
+        format!("profile = \"hooked\"\nprofiles_dir = {:?}\n", profiles),
+    )
+    .unwrap();
+    let state = fx.state.join("c1/state.json");
+    let unsaveable = format!("rm {0} && mkdir {0}", state.display());
+    let hooks = [
+        (json!({"path": "/bin/false"}), "hook"),
+        (
+            json!({"path": "/bin/sh", "args": ["sh", "-c", unsaveable]}),
+            "state",
+        ),
+    ];
+    for (i, (hook, needle)) in hooks.into_iter().enumerate() {
+        let b = fx.bundle(&format!("b{i}"), &["sleep", "1000"], |spec| {
+            spec["hooks"] = json!({"prestart": [hook]});
+        });
+        let out = fx.run([
+            "--config",
+            config.to_str().unwrap(),
+            "run",
+            "--bundle",
+            b.to_str().unwrap(),
+            "c1",
+        ]);
+        assert_eq!(out.code, 1, "{out:?}");
+        assert!(out.stderr.contains(needle), "{out:?}");
+        // At once: nothing waits for libcontainer's processes to notice
+        // that runsbx is gone.
+        fx.assert_clean();
+    }
+}
+as_root_and_rootless!(RUNSBX, failed_create_leaves_nothing: failed_create_as_root, failed_create_rootless);
+
 /// runsbx ignores SIGPIPE while libcontainer builds (a hook may close its
 /// stdin unread), and an ignored signal is inherited across exec: the
 /// container's process must start with SIGPIPE's default action all the

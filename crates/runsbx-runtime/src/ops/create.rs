@@ -176,6 +176,9 @@ pub(crate) fn build_or_clean(
         // staged mount, id range, process or cgroup outlives a failed
         // create. (libcontainer's own removal of the cgroup fails while
         // runsbx's building thread is still in it: sys/cgroup_attach.rs.)
+        // Its processes first, which a failure after their fork may have
+        // left with nothing that names them.
+        crate::sandbox::teardown::kill_failed_create();
         if root.exists(id) {
             if let Ok(mut c) = Container::load(root.container_dir(id)) {
                 let _ = destroy(root, &mut c);

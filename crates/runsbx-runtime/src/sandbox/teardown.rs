@@ -65,6 +65,29 @@ pub(crate) fn forget(root: &StateRoot, id: &str) {
     }
 }
 
+/// Kills what a create that failed may have left running: libcontainer's
+/// intermediate and init. When libcontainer fails after forking them (a
+/// hook, its state, or runsbx's own steps around it), its cleanup removes
+/// the state directory by which [`kill_all`] would find a waiting init,
+/// and a call's command line does not name its sandbox. Both are children
+/// of this process (libcontainer clones the init with CLONE_PARENT) and
+/// named `youki:`; a runsbx process builds one sandbox at a time, so every
+/// such child is this create's. Each is reaped.
+pub(crate) fn kill_failed_create() {
+    let killed: Vec<Pid> = procs::children()
+        .into_iter()
+        .filter(|(_, name)| name.starts_with("youki:"))
+        .filter(|(pid, _)| {
+            tracing::debug!(%pid, "killing a process of the failed create");
+            kill(*pid, Signal::SIGKILL).is_ok()
+        })
+        .map(|(pid, _)| pid)
+        .collect();
+    for pid in killed {
+        let _ = nix::sys::wait::waitpid(pid, None);
+    }
+}
+
 /// Processes whose user namespace is `ino` or a descendant of it.
 fn in_user_namespace(ino: u64) -> Vec<Pid> {
     let mut found = Vec::new();

@@ -104,6 +104,28 @@ pub fn alive(pid: Pid) -> bool {
     }
 }
 
+/// This process's children, with their names (`/proc/<pid>/comm`).
+pub fn children() -> Vec<(Pid, String)> {
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid …`: the name may hold spaces and parentheses.
+        let (Some((head, rest)), Some(open)) = (stat.rsplit_once(')'), stat.find('(')) else {
+            continue;
+        };
+        if rest.split_whitespace().nth(1) == Some(me.as_str()) {
+            found.push((Pid::from_raw(pid), head[open + 1..].to_owned()));
+        }
+    }
+    found
+}
+
 /// A pidfd for `pid`: it keeps naming that process even if the pid is
 /// reused, and `setns` accepts it for the process's namespaces.
 pub(crate) fn pidfd_open(pid: Pid) -> Result<OwnedFd> {
@@ -136,6 +158,18 @@ mod tests {
         let _ = child.wait();
         assert!(theirs >= me, "{theirs:?} < {me:?}");
         assert_eq!(start_time(Pid::from_raw(i32::MAX)), None);
+        Ok(())
+    }
+
+    #[test]
+    fn children_are_found_with_their_names() -> std::io::Result<()> {
+        let mut child = std::process::Command::new("sleep").arg("5").spawn()?;
+        let found = children();
+        let _ = child.kill();
+        let _ = child.wait();
+        let pid = Pid::from_raw(child.id() as i32);
+        assert!(found.contains(&(pid, "sleep".to_owned())), "{found:?}");
+        assert!(!found.iter().any(|(p, _)| *p == Pid::this()), "{found:?}");
         Ok(())
     }
 }
