@@ -2,24 +2,25 @@
 //!
 //! libcontainer 0.7 never brings `lo` up in a new network namespace, so a
 //! sandbox could not even talk to itself on 127.0.0.1. runsbx does it after
-//! the container is created and before its process starts: a short-lived
-//! helper forked from runsbx enters the container's user namespace (when it
-//! has its own: that is what gives a rootless caller CAP_NET_ADMIN over the
-//! network namespace) and then its network namespace, and sets `lo` up.
-//! In the same helper it makes the sockets runsbx serves from the host
-//! side: the egress proxy's listener, and for a call a sock_diag socket
-//! (what listens inside, for the result's hints). Nothing runs inside the
-//! container for this.
+//! the container is created and before its process starts: a thread of
+//! runsbx's enters the container's network namespace (runsbx's user
+//! namespace is an ancestor of the container's, which gives it
+//! CAP_NET_ADMIN there) and sets `lo` up. The same thread makes the
+//! sockets runsbx serves from the host side: the egress proxy's listener,
+//! and for a call a sock_diag socket (what listens inside, for the
+//! result's hints). Nothing runs inside the container for this.
 //!
-//! The same helper holds the namespace to runsbx's promise when a process
-//! is about to run in it (`start`, `exec`): an engine that was told the
+//! A short-lived helper forked from runsbx, which enters the container's
+//! user namespace first, holds the namespace to runsbx's promise when a
+//! process is about to run in it (`start`, `exec`: another runsbx process,
+//! in a user namespace of its own): an engine that was told the
 //! sandbox's pid may have moved an interface in, given it an address, or
 //! routed through it after `create` (root podman does so with `--uidmap`).
 //! Every link but `lo` is deleted and every address but loopback's own is
 //! removed; with no other link there is no route off the box. What cannot
 //! be removed refuses the start.
 
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 
 use nix::sched::{setns, CloneFlags};
 use nix::sys::wait::{waitpid, WaitStatus};
@@ -41,15 +42,95 @@ pub struct Inside {
     pub removed: Option<Vec<String>>,
 }
 
-/// Sets `lo` up in the network namespace of process `pid`, joining its
-/// user namespace first when `own_userns` (the spec gave it one); in the
-/// same helper, with `loopback_only`, holds it to loopback as
-/// [`hold_to_loopback`] does, and makes the sockets asked for inside it and
-/// passes them back over a socketpair (SCM_RIGHTS). Nothing stays inside
-/// the sandbox but the sockets.
+/// Sets `lo` up in the network namespace of process `pid`; with
+/// `loopback_only`, holds it to loopback as [`hold_to_loopback`] does; and
+/// makes the sockets asked for inside it. Nothing stays inside the sandbox
+/// but the sockets.
+///
+/// From a thread of runsbx's that joins only that network namespace (a
+/// thread may, and the sockets it makes keep the namespace they were made
+/// in): runsbx's user namespace is an ancestor of the one runsbx just made
+/// for the sandbox, which gives it CAP_NET_ADMIN there. A forked helper,
+/// with its text and memory to copy and tear down, cost a few tenths of a
+/// millisecond more per sandbox. Where the kernel refuses the thread (a
+/// sandbox in a user namespace runsbx did not make, `own_userns`), a
+/// helper joins that user namespace first, as before.
 pub fn network_up(
     pid: Pid,
     own_userns: bool,
+    proxy_port: Option<u16>,
+    sock_diag: bool,
+    loopback_only: bool,
+) -> Result<Inside> {
+    let ctx = |step: &str| format!("set up the network of the sandbox of pid {pid}: {step}");
+    let pidfd = crate::sys::procs::pidfd_open(pid)?;
+    let from_thread = std::thread::scope(|s| {
+        s.spawn(|| match setns(&pidfd, CloneFlags::CLONE_NEWNET) {
+            Ok(()) => Some(make_inside(proxy_port, sock_diag, loopback_only)),
+            Err(nix::Error::EPERM) if own_userns => None,
+            Err(e) => Some(Err((e as i32, "setns(CLONE_NEWNET)".to_owned()))),
+        })
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+    });
+    match from_thread {
+        Some(Ok(inside)) => Ok(inside),
+        Some(Err((errno, step))) => Err(RuntimeError::sys(ctx(&step), nix::Error::from_raw(errno))),
+        None => {
+            tracing::debug!(%pid, "network setup refused to a thread: a helper joins the user namespace");
+            network_up_from_helper(pid, proxy_port, sock_diag, loopback_only)
+        }
+    }
+}
+
+/// In the sandbox's network namespace: `lo` up, the namespace held to
+/// loopback when asked, and the sockets made. `Err` holds an errno and
+/// what failed.
+fn make_inside(
+    proxy_port: Option<u16>,
+    sock_diag: bool,
+    loopback_only: bool,
+) -> std::result::Result<Inside, (i32, String)> {
+    let errno = set_lo_up();
+    if errno != 0 {
+        return Err((errno, "bring up `lo`".to_owned()));
+    }
+    let removed = match loopback_only {
+        true => Some(only_loopback()?),
+        false => None,
+    };
+    let proxy = match proxy_port {
+        Some(port) => Some(
+            std::net::TcpListener::bind(("127.0.0.1", port)).map_err(|e| {
+                (
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                    format!("listen on 127.0.0.1:{port} for the egress proxy"),
+                )
+            })?,
+        ),
+        None => None,
+    };
+    let sock_diag = match sock_diag {
+        true => Some(crate::sys::sock_diag::socket().map_err(|e| {
+            (
+                e.raw_os_error().unwrap_or(libc::EIO),
+                "make a sock_diag socket".to_owned(),
+            )
+        })?),
+        false => None,
+    };
+    Ok(Inside {
+        proxy,
+        sock_diag,
+        removed,
+    })
+}
+
+/// [`network_up`] from a forked helper that joins the sandbox's user
+/// namespace, then its network namespace, and passes the sockets back over
+/// a socketpair (SCM_RIGHTS).
+fn network_up_from_helper(
+    pid: Pid,
     proxy_port: Option<u16>,
     sock_diag: bool,
     loopback_only: bool,
@@ -69,48 +150,24 @@ pub fn network_up(
     .map_err(|e| RuntimeError::sys(ctx("socketpair"), e))?;
     let make = |out: &mut std::fs::File| -> i32 {
         use std::io::Write;
-        let errno = set_lo_up();
-        if errno != 0 {
-            let _ = out.write_all(b"bring up `lo`");
-            return errno;
-        }
+        let inside = match make_inside(proxy_port, sock_diag, loopback_only) {
+            Ok(inside) => inside,
+            Err((errno, why)) => {
+                let _ = out.write_all(why.as_bytes());
+                return errno;
+            }
+        };
         // What was removed is what the helper says when it succeeds; its
         // error, the only thing when it fails.
-        let removed = if loopback_only {
-            match only_loopback() {
-                Ok(removed) => removed.join("\n"),
-                Err((errno, why)) => {
-                    let _ = out.write_all(why.as_bytes());
-                    return errno;
-                }
-            }
-        } else {
-            String::new()
-        };
+        let removed = inside.removed.unwrap_or_default().join("\n");
         let mut fds = Vec::new();
         // Each socket's tag, in the order of `fds`.
         let mut tags = Vec::new();
-        let listener;
-        if let Some(port) = proxy_port {
-            listener = match std::net::TcpListener::bind(("127.0.0.1", port)) {
-                Ok(l) => l,
-                Err(e) => {
-                    let _ = write!(out, "listen on 127.0.0.1:{port} for the egress proxy");
-                    return e.raw_os_error().unwrap_or(libc::EIO);
-                }
-            };
+        if let Some(listener) = &inside.proxy {
             fds.push(listener.as_raw_fd());
             tags.push(b'L');
         }
-        let diag;
-        if sock_diag {
-            diag = match crate::sys::sock_diag::socket() {
-                Ok(s) => s,
-                Err(e) => {
-                    let _ = out.write_all(b"make a sock_diag socket");
-                    return e.raw_os_error().unwrap_or(libc::EIO);
-                }
-            };
+        if let Some(diag) = &inside.sock_diag {
             fds.push(diag.as_raw_fd());
             tags.push(b'D');
         }
@@ -131,7 +188,7 @@ pub fn network_up(
             }
         }
     };
-    let said = in_namespaces_of(pid, own_userns, "set up the network", &make)?;
+    let said = in_namespaces_of(pid, true, "set up the network", &make)?;
     drop(theirs);
     let mut inside = Inside {
         removed: loopback_only.then(|| lines(&said)),
@@ -325,26 +382,29 @@ fn in_namespaces_of(
     }
 }
 
-/// `ip link set lo up`, with the two ioctls it comes down to.
+/// `ip link set lo up`, with the two ioctls it comes down to; 0 or an
+/// errno.
 fn set_lo_up() -> i32 {
-    // SAFETY: plain syscalls on a zeroed ifreq and an fd we own.
+    // SAFETY: socket(2) returns a new fd or -1.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return nix::Error::last() as i32;
+    }
+    // SAFETY: the kernel just returned this fd to us; closed when dropped.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: plain ioctls on a zeroed ifreq naming `lo`, and an fd we own.
     unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return *libc::__errno_location();
-        }
         let mut req: libc::ifreq = std::mem::zeroed();
         for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
             *dst = *src as libc::c_char;
         }
-        if libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) < 0 {
-            return *libc::__errno_location();
+        if libc::ioctl(fd.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req) < 0 {
+            return nix::Error::last() as i32;
         }
         req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-        if libc::ioctl(fd, libc::SIOCSIFFLAGS, &req) < 0 {
-            return *libc::__errno_location();
+        if libc::ioctl(fd.as_raw_fd(), libc::SIOCSIFFLAGS, &req) < 0 {
+            return nix::Error::last() as i32;
         }
-        libc::close(fd);
     }
     0
 }
