@@ -130,6 +130,12 @@ pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Resul
         (None, Some(_)) => 1,
         (None, None) => 2,
     };
+    // What killed calls and pools left, swept once here rather than by
+    // each sandbox's worker (see call::warm).
+    let state = root
+        .clone()
+        .unwrap_or_else(runsbx_runtime::state::root::default_root);
+    runsbx_runtime::call::sweep(&runsbx_runtime::StateRoot::open(&state)?);
     let mut global: Vec<OsString> = Vec::new();
     if let Some(r) = root {
         global.extend(["--root".into(), r.into()]);
