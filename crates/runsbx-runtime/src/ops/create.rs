@@ -496,7 +496,7 @@ fn libcontainer_build(
         Executor::Stub(stub) => builder = builder.map(|b| b.with_executor(stub)),
         Executor::Seal(seal) => builder = builder.map(|b| b.with_executor(seal)),
     }
-    let _hooks_may_close_stdin = crate::sys::signal::SigpipeIgnored::new();
+    let _hooks_may_close_stdin = crate::sys::signal::SigpipeIgnored::now();
     builder
         .map(|b| {
             b.as_init(&effective.dir)

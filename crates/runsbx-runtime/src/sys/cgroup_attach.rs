@@ -390,6 +390,7 @@ impl Drop for PrivateMounts {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
     use runsbx_image::mountinfo::MountEntry;
 

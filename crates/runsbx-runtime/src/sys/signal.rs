@@ -56,7 +56,8 @@ pub fn restore_default_sigpipe() {
 pub struct SigpipeIgnored(());
 
 impl SigpipeIgnored {
-    pub fn new() -> Self {
+    /// SIGPIPE ignored from now on.
+    pub fn now() -> Self {
         // SAFETY: ignoring a signal installs no handler.
         let _ = unsafe {
             nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigIgn)
