@@ -33,6 +33,24 @@ pub use rootfs::{
     docker_archive, have_python_image, pause_rootfs, python_rootfs, rootfs, rootfs_tar, runsbx_copy,
 };
 
+/// An operator config in `dir` whose profile is `name`, with `profile`
+/// (TOML) as that profile's file; its path, for `runsbx --config`.
+pub fn operator_config(dir: &std::path::Path, name: &str, profile: &str) -> std::path::PathBuf {
+    let profiles = dir.join(format!("{name}-profiles"));
+    std::fs::create_dir_all(&profiles).unwrap();
+    std::fs::write(profiles.join(format!("{name}.toml")), profile).unwrap();
+    let config = dir.join(format!("{name}-config.toml"));
+    std::fs::write(
+        &config,
+        format!(
+            "profile = \"{name}\"\nprofiles_dir = {:?}\n",
+            profiles.display().to_string()
+        ),
+    )
+    .unwrap();
+    config
+}
+
 /// Reports that a test, or the rest of it, cannot run here: a loud
 /// `SKIP <reason>` on stderr. Under CI (`CI=true`) a skip is a failure,
 /// since CI installs everything the tests need. [`skip!`] calls this and

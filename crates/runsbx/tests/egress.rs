@@ -442,25 +442,13 @@ as_root_and_rootless!(RUNSBX, containers_get_egress_from_their_profile: containe
 /// An operator config whose profile `egress` is the default one with this
 /// `[egress]` section.
 fn egress_profile(fx: &Fixture, egress: &str) -> std::path::PathBuf {
-    let dir = fx.dir.path().join("profiles");
-    std::fs::create_dir_all(&dir).unwrap();
     let default = std::fs::read_to_string(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bundles/profiles/default.toml"),
     )
     .unwrap();
     let profile =
         default.replace("name = \"default\"", "name = \"egress\"") + "\n[egress]\n" + egress;
-    std::fs::write(dir.join("egress.toml"), profile).unwrap();
-    let config = fx.dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "profile = \"egress\"\nprofiles_dir = {:?}\n",
-            dir.display().to_string()
-        ),
-    )
-    .unwrap();
-    config
+    kit::operator_config(fx.dir.path(), "egress", &profile)
 }
 
 /// A profile whose allowlist does not parse is refused when it is loaded,

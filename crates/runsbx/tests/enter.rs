@@ -354,22 +354,11 @@ fn deadline_ends_the_sandbox(fx: Fixture) {
 
     // Bad values and values beyond the profile's deadline: refused, with
     // the annotation named, and nothing left.
-    let profiles = fx.dir.path().join("profiles");
-    fs::create_dir_all(&profiles).unwrap();
-    fs::write(
-        profiles.join("short.toml"),
+    let config = kit::operator_config(
+        fx.dir.path(),
+        "short",
         "name = \"short\"\n[tmpfs]\n\"/tmp\" = \"16M\"\n[limits]\ntimeout = \"5s\"\n",
-    )
-    .unwrap();
-    let config = fx.dir.path().join("config.toml");
-    fs::write(
-        &config,
-        format!(
-            "profile = \"short\"\nprofiles_dir = \"{}\"\n",
-            profiles.display()
-        ),
-    )
-    .unwrap();
+    );
     for (i, (timeout, needle)) in [
         ("soon", "is not a duration"),
         ("-2s", "is not a duration"),

@@ -59,23 +59,6 @@ fn suggest(fx: &Fixture, record: &Path) -> Out {
     ])
 }
 
-/// An operator config in `dir` whose profile is `profile` (TOML).
-fn config_with(dir: &Path, name: &str, profile: &str) -> PathBuf {
-    let profiles = dir.join(format!("{name}-profiles"));
-    std::fs::create_dir_all(&profiles).unwrap();
-    std::fs::write(profiles.join(format!("{name}.toml")), profile).unwrap();
-    let config = dir.join(format!("{name}-config.toml"));
-    std::fs::write(
-        &config,
-        format!(
-            "profile = \"{name}\"\nprofiles_dir = {:?}\n",
-            profiles.display().to_string()
-        ),
-    )
-    .unwrap();
-    config
-}
-
 /// `runsbx --config CONFIG run` of FETCH over `paths` on the image's
 /// rootfs, as an engine runs a container.
 fn run_fetch(fx: &Fixture, up: &Upstream, config: &Path, id: &str, paths: &[&str]) -> Out {
@@ -198,7 +181,7 @@ fn learn_mode_suggests_the_narrowest_profile(fx: Fixture) {
 
     // 3. Applied: the two pass, a third path is refused by the proxy
     // before the server sees it, and mount stays denied.
-    let config = config_with(fx.dir.path(), "learned", &text);
+    let config = kit::operator_config(fx.dir.path(), "learned", &text);
     let out = run_fetch(&fx, &up, &config, "applied", &["/one", "/two", "/three"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("/one 200 hello GET /one"), "{out:?}");
@@ -243,7 +226,7 @@ fn containers_learn_by_their_profile(fx: Fixture) {
              allow_addresses = [\"127.0.0.1:{p}\"]\nlearn = {:?}\n",
             dir.display().to_string()
         );
-    let config = config_with(fx.dir.path(), "learning", &profile);
+    let config = kit::operator_config(fx.dir.path(), "learning", &profile);
     let out = run_fetch(&fx, &up, &config, "c1", &["/one", "/two", "/one"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert!(out.stdout.contains("/two 200 hello GET /two"), "{out:?}");

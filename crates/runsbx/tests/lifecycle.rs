@@ -319,19 +319,7 @@ as_root_and_rootless!(RUNSBX, cgroup_commands: cgroup_commands_as_root, cgroup_c
 /// state file into a directory, so that libcontainer's last step fails
 /// once the init is ready and waits for `start`, which nothing would send.
 fn failed_create_leaves_nothing(fx: Fixture) {
-    let profiles = fx.dir.path().join("profiles");
-    fs::create_dir_all(&profiles).unwrap();
-    fs::write(
-        profiles.join("hooked.toml"),
-        "name = \"hooked\"\nhooks = true\n",
-    )
-    .unwrap();
-    let config = fx.dir.path().join("config.toml");
-    fs::write(
-        &config,
-        format!("profile = \"hooked\"\nprofiles_dir = {:?}\n", profiles),
-    )
-    .unwrap();
+    let config = kit::operator_config(fx.dir.path(), "hooked", "name = \"hooked\"\nhooks = true\n");
     let state = fx.state.join("c1/state.json");
     let unsaveable = format!("rm {0} && mkdir {0}", state.display());
     let hooks = [
@@ -368,19 +356,7 @@ as_root_and_rootless!(RUNSBX, failed_create_leaves_nothing: failed_create_as_roo
 /// same, through runsbx's executor and through libcontainer's (a spec
 /// with a startContainer hook, where libcontainer installs the filter).
 fn sigpipe_has_its_default_action(fx: Fixture) {
-    let profiles = fx.dir.path().join("profiles");
-    fs::create_dir_all(&profiles).unwrap();
-    fs::write(
-        profiles.join("hooked.toml"),
-        "name = \"hooked\"\nhooks = true\n",
-    )
-    .unwrap();
-    let config = fx.dir.path().join("config.toml");
-    fs::write(
-        &config,
-        format!("profile = \"hooked\"\nprofiles_dir = {:?}\n", profiles),
-    )
-    .unwrap();
+    let config = kit::operator_config(fx.dir.path(), "hooked", "name = \"hooked\"\nhooks = true\n");
     let show = ["sh", "-c", "grep SigIgn /proc/self/status"];
     let hooks = [
         json!(null),
