@@ -3,9 +3,9 @@
 # which the linker lays out first and together (see crates/runsbx/build.rs
 # and docs/architecture.md, "Code layout"). Run it when the code that a
 # run, a call or a pool executes has changed: crates/runsbx/tests/layout.rs
-# fails once the list is stale enough to cost a run's RSS. As root (it turns the disk's
-# readahead off for a minute, and runs the rootless workload as the test
-# user); about five minutes, most of it one build.
+# fails once the list is stale enough to cost a run's RSS. As root (it
+# turns the disk's readahead off for a minute, and runs the rootless
+# workload as the test user); about five minutes, most of it one build.
 #
 #   sudo hack/hot-functions.sh
 #

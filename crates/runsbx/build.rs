@@ -2,10 +2,11 @@
 //!
 //! A run, a call or a pool's worker executes about 2 MB of runsbx's 12 MB
 //! of code, and the kernel maps a binary's cached pages 64 KB around each
-//! page a process faults in (fault-around). Scattered, those 2 MB had every
-//! runsbx process map 7 MB of code: its peak RSS, its page faults, and the
-//! same again in each process it forks (a fork does not copy the mappings
-//! of a file's pages). See docs/architecture.md, "Code layout".
+//! page a process faults in (fault-around). Scattered over the binary, those
+//! 2 MB have every runsbx process map about 7 MB of code: its peak RSS, its
+//! page faults, and the same again in each process it forks (a fork does
+//! not copy the mappings of a file's pages). See docs/architecture.md,
+//! "Code layout".
 //!
 //! hot-functions.txt, beside this file, lists those functions (made by
 //! running the workloads: hack/hot-functions.sh) by their v0 symbols

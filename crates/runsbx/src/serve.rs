@@ -131,7 +131,7 @@ pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Resul
         (None, None) => 2,
     };
     // What killed calls and pools left, swept once here rather than by
-    // each sandbox's worker (see call::warm).
+    // each sandbox's worker (see `run` in runsbx-runtime's call/mod.rs).
     let state = root
         .clone()
         .unwrap_or_else(runsbx_runtime::state::root::default_root);

@@ -361,10 +361,10 @@ impl PrivateMounts {
         // woken when the thread's memory goes (CLONE_CHILD_CLEARTID), and
         // its filesystem context goes a moment later. Measured here:
         // setns right after pthread_join failed 1 time in 20,000, and 83
-        // in 20,000 with perf sampling at 20 kHz. A failure left runsbx in
-        // this namespace, where the sandbox's cgroup.procs are the sinks:
-        // its cleanup never saw the init, which outlived every record of
-        // it.
+        // in 20,000 with perf sampling at 20 kHz. Refused, runsbx would stay
+        // in this namespace, where the sandbox's cgroup.procs are the
+        // sinks, and its cleanup would not see the init, which would then
+        // outlive every record of it.
         let deadline = Instant::now() + THREAD_EXIT;
         loop {
             match setns(self.host.as_fd(), CloneFlags::CLONE_NEWNS) {

@@ -50,11 +50,11 @@ pub struct Inside {
 /// From a thread of runsbx's that joins only that network namespace (a
 /// thread may, and the sockets it makes keep the namespace they were made
 /// in): runsbx's user namespace is an ancestor of the one runsbx just made
-/// for the sandbox, which gives it CAP_NET_ADMIN there. A forked helper,
-/// with its text and memory to copy and tear down, cost a few tenths of a
-/// millisecond more per sandbox. Where the kernel refuses the thread (a
-/// sandbox in a user namespace runsbx did not make, `own_userns`), a
-/// helper joins that user namespace first, as before.
+/// for the sandbox, which gives it CAP_NET_ADMIN there; a forked helper
+/// would copy runsbx's page tables and tear them down again, per sandbox.
+/// Where the kernel refuses the thread (a sandbox in a user namespace
+/// runsbx did not make, `own_userns`), a helper joins that user namespace
+/// first.
 pub fn network_up(
     pid: Pid,
     own_userns: bool,

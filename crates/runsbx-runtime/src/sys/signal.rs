@@ -47,7 +47,7 @@ pub fn restore_default_sigpipe() {
 /// While libcontainer builds a sandbox: it writes the container's state to
 /// each hook's stdin, and a hook may end without reading it (`/bin/false`
 /// does). libcontainer takes the EPIPE in stride, but with SIGPIPE's
-/// default action runsbx was killed in the middle of the create, with
+/// default action runsbx would die in the middle of the create, with
 /// nothing cleaned up. The processes libcontainer clones meanwhile inherit
 /// the ignored signal; the init gives it its default action back before
 /// it execs (every executor runsbx hands libcontainer does,
