@@ -509,14 +509,14 @@ fn libcontainer_build(
         .map_err(|e| op_err("create", id, e))
 }
 
-/// libcontainer's own executor, once the init has given SIGPIPE its
-/// default action back (see `SigpipeIgnored` in sys/signal.rs).
+/// libcontainer's own executor, once the init has given every signal its
+/// default action back (`default_dispositions` in sys/signal.rs).
 #[derive(Clone)]
 struct Plain;
 
 impl libcontainer::workload::Executor for Plain {
     fn exec(&self, spec: &Spec) -> std::result::Result<(), libcontainer::workload::ExecutorError> {
-        crate::sys::signal::restore_default_sigpipe();
+        crate::sys::signal::default_dispositions();
         libcontainer::workload::default::DefaultExecutor {}.exec(spec)
     }
 

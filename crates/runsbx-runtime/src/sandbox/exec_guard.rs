@@ -46,6 +46,9 @@ impl ExecGuard {
 
 impl Executor for ExecGuard {
     fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
+        // What runsbx's caller ignored is not the exec'd process's to
+        // inherit (see sys/signal.rs).
+        crate::sys::signal::default_dispositions();
         for rl in &self.rlimits {
             let name = serde_json::to_value(rl.typ())
                 .ok()

@@ -115,7 +115,7 @@ impl Seal {
 
 impl Executor for Seal {
     fn exec(&self, spec: &Spec) -> Result<(), ExecutorError> {
-        crate::sys::signal::restore_default_sigpipe();
+        crate::sys::signal::default_dispositions();
         self.install()?;
         match &self.stub {
             Some(stub) => stub.exec(spec),

@@ -244,9 +244,9 @@ fn environment(env: &[String]) -> Vec<String> {
 
 impl Executor for Stub {
     fn exec(&self, _spec: &Spec) -> std::result::Result<(), ExecutorError> {
-        // Its command, and runsbx-stub it execs first, would inherit an
-        // ignored SIGPIPE (see sys/signal.rs).
-        crate::sys::signal::restore_default_sigpipe();
+        // Its command, and runsbx-stub it execs first, would inherit
+        // ignored signals (see sys/signal.rs).
+        crate::sys::signal::default_dispositions();
         // SAFETY: the fd is the stub's end of the socket, open in this
         // process (libcontainer marks it close-on-exec, never closes it);
         // nothing else in the init uses it.

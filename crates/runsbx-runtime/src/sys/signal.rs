@@ -33,13 +33,56 @@ pub fn parse(text: &str) -> Result<Signal> {
 /// startup, and an ignored signal stays ignored across fork and exec: every
 /// container runsbx starts would inherit that, and `yes | head` in a
 /// sandbox would spin on EPIPE forever instead of ending. Called first
-/// thing in main, before any container exists, and in a sandbox's init
-/// before it execs (see [`SigpipeIgnored`]).
+/// thing in main, before any container exists (a sandbox's processes get
+/// every default back anyway: [`default_dispositions`]).
 pub fn restore_default_sigpipe() {
     // SAFETY: setting a signal's disposition to its default installs no
     // handler.
     let _ =
         unsafe { nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
+}
+
+/// Gives every signal its default action back, as a process that starts
+/// in a sandbox must find them. An ignored signal stays ignored across
+/// fork and exec, so whatever runsbx's caller ignored (a shell's
+/// background job ignores SIGINT and SIGQUIT, `nohup` SIGHUP), and SIGPIPE
+/// while libcontainer builds ([`SigpipeIgnored`]), would reach the
+/// sandbox's processes; a handled signal goes back to its default at exec
+/// anyway. Called in the init and in an exec'd process, last thing before
+/// the exec, and before the seccomp filter.
+pub fn default_dispositions() {
+    /// The kernel's `struct sigaction` (x86_64 and aarch64 alike): glibc
+    /// refuses its own two signals (32 and 33) to sigaction(3), and an
+    /// ignored one is inherited like any other.
+    #[repr(C)]
+    struct KernelSigaction {
+        handler: libc::sighandler_t,
+        flags: libc::c_ulong,
+        restorer: usize,
+        mask: u64,
+    }
+    let default = KernelSigaction {
+        handler: libc::SIG_DFL,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    for signal in 1..=libc::SIGRTMAX() {
+        if signal == libc::SIGKILL || signal == libc::SIGSTOP {
+            continue;
+        }
+        // SAFETY: rt_sigaction with a default disposition installs no
+        // handler; the init and an exec'd process are single-threaded here.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                signal,
+                &default as *const KernelSigaction,
+                std::ptr::null_mut::<KernelSigaction>(),
+                std::mem::size_of::<u64>(),
+            )
+        };
+    }
 }
 
 /// SIGPIPE ignored until dropped, when its default action is back.
@@ -49,10 +92,10 @@ pub fn restore_default_sigpipe() {
 /// does). libcontainer takes the EPIPE in stride, but with SIGPIPE's
 /// default action runsbx would die in the middle of the create, with
 /// nothing cleaned up. The processes libcontainer clones meanwhile inherit
-/// the ignored signal; the init gives it its default action back before
-/// it execs (every executor runsbx hands libcontainer does,
-/// `ops/create.rs`), and libcontainer starts hooks through
-/// `std::process::Command`, which does too.
+/// the ignored signal; the init gives every signal its default action back
+/// before it execs ([`default_dispositions`], in every executor runsbx
+/// hands libcontainer, `ops/create.rs`), and libcontainer starts hooks
+/// through `std::process::Command`, which restores SIGPIPE's.
 pub struct SigpipeIgnored(());
 
 impl SigpipeIgnored {
