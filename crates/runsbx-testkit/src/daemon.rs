@@ -25,6 +25,10 @@ pub struct Daemon {
     pub runsbx_root: PathBuf,
     pub log: PathBuf,
     cleanup: Option<Cleanup>,
+    /// The ids of the mounts the daemon's namespace copied from the host
+    /// when it was made: other tests' stage mounts among them are not
+    /// this daemon's to undo.
+    inherited: Vec<String>,
 }
 
 impl Daemon {
@@ -46,6 +50,7 @@ impl Daemon {
             runsbx_root,
             log,
             cleanup: None,
+            inherited: Vec::new(),
         }
     }
 
@@ -96,6 +101,21 @@ impl Daemon {
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+        self.inherited = self
+            .mountinfo()
+            .iter()
+            .filter_map(|l| l.split(' ').next())
+            .map(str::to_owned)
+            .collect();
+    }
+
+    /// The lines of the daemon namespace's mountinfo.
+    fn mountinfo(&self) -> Vec<String> {
+        fs::read_to_string(format!("/proc/{}/mountinfo", self.pid()))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
     }
 
     /// `program` in the daemon's network and mount namespaces.
@@ -143,13 +163,16 @@ impl Daemon {
 
     /// Mounts in the daemon's mount namespace that runsbx made for its
     /// containers (staged rootfs) or that name the daemon's directory's
-    /// runsbx state.
+    /// runsbx state; not those the namespace copied from the host when it
+    /// was made (the stage mounts of tests running beside this one).
     pub fn runsbx_mounts(&self) -> Vec<String> {
-        fs::read_to_string(format!("/proc/{}/mountinfo", self.pid()))
-            .unwrap_or_default()
-            .lines()
+        self.mountinfo()
+            .into_iter()
             .filter(|l| l.contains("/run/runsbx-rootfs/") || l.contains("runsbx-root"))
-            .map(str::to_owned)
+            .filter(|l| {
+                let id = l.split(' ').next().unwrap_or_default();
+                !self.inherited.iter().any(|i| i == id)
+            })
             .collect()
     }
 
