@@ -231,6 +231,29 @@ for rt in "$runsbx" "$(command -v runc)" "$(command -v crun)"; do
 done
 printf '  runsbx %s   runc %s   crun %s   runsbx/crun = %.2f\n' "${rss[runsbx]}" "${rss[runc]}" "${rss[crun]}" \
     "$(awk -v a="${rss[runsbx]}" -v b="${rss[crun]}" 'BEGIN{print a/b}')"
+# Of runsbx's peak, its own code: the resident part of the binary's
+# executable mapping while a run's container runs (its create and start
+# are then done). The functions a run executes are laid out together
+# (crates/runsbx/hot-functions.txt); as the code changes the list goes
+# stale and this figure grows: regenerate it with hack/hot-functions.sh.
+code_kb() {
+    local pid kb
+    "$runsbx" --root "$work/state-code" run --bundle "$work/sleeper" code >/dev/null &
+    pid=$!
+    until "$runsbx" --root "$work/state-code" state code 2>/dev/null | grep -q '"status": *"running"'; do
+        sleep 0.05
+    done
+    kb=$(awk -v exe="$(readlink "/proc/$pid/exe")" '
+        $1 ~ /-/ { ours = ($2 ~ /x/ && $6 == exe) }
+        $1 == "Rss:" && ours { kb += $2 }
+        END { print kb }' "/proc/$pid/smaps")
+    "$runsbx" --root "$work/state-code" kill code KILL
+    wait "$pid" || true
+    "$runsbx" --root "$work/state-code" delete --force code
+    echo "$kb"
+}
+make_bundle "$runsbx" "$work/sleeper" sleep 30
+printf '  of which runsbx'"'"'s code while its container runs: %s KB\n' "$(code_kb)"
 
 # --- The egress proxy: added latency per connection and throughput, a
 # Python client inside a sandbox going through the proxy against the same
