@@ -152,6 +152,11 @@ pub enum RelayEnd {
 /// Serve one CONNECT tunnel to an inspected host. Called once the proxy has
 /// answered `200 Connection established` on `client` and connected
 /// `upstream` to an address it vetted for `host:port`.
+///
+/// `refused` is told of a refusal (`Denied`, `BadRequest`) or a failed
+/// upstream (`UpstreamTls`) before the client is answered: a sandbox that
+/// reads its 403 and exits at once ends its call, whose result must
+/// already count it.
 #[allow(clippy::too_many_arguments)]
 pub async fn inspect(
     client: TcpStream,
@@ -162,6 +167,7 @@ pub async fn inspect(
     trust: &UpstreamTrust,
     limits: &InspectLimits,
     check: &(dyn Fn(&mut InspectedRequest) -> Verdict + Send + Sync),
+    refused: &(dyn Fn(&Inspected) + Send + Sync),
 ) -> Inspected {
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
@@ -182,8 +188,10 @@ pub async fn inspect(
                 Some("bad_request"),
                 &msg,
             );
+            let outcome = Inspected::BadRequest(reason);
+            refused(&outcome);
             finish(tls, &answer).await;
-            return Inspected::BadRequest(reason);
+            return outcome;
         }
         Ok(Ok(Head::Eof)) => return Inspected::NoRequest,
         Ok(Err(e)) => return Inspected::Io(e.to_string()),
@@ -200,12 +208,14 @@ pub async fn inspect(
         Ok(parsed) => parsed,
         Err(reason) => {
             let msg = format!("runsbx: bad request inside the tunnel to {host}: {reason}");
+            let outcome = Inspected::BadRequest(reason);
+            refused(&outcome);
             finish(
                 tls,
                 &response(400, "Bad Request", Some("bad_request"), &msg),
             )
             .await;
-            return Inspected::BadRequest(reason);
+            return outcome;
         }
     };
     let method = req.method().to_owned();
@@ -213,17 +223,16 @@ pub async fn inspect(
     if let Verdict::Deny { reason, message } = check(&mut req) {
         // The upstream TCP connection is dropped unused: it has seen no byte.
         drop(upstream);
-        finish(
-            tls,
-            &response(403, "Forbidden", Some(reason.code()), &message),
-        )
-        .await;
-        return Inspected::Denied {
+        let answer = response(403, "Forbidden", Some(reason.code()), &message);
+        let outcome = Inspected::Denied {
             method,
             path,
             reason,
             message,
         };
+        refused(&outcome);
+        finish(tls, &answer).await;
+        return outcome;
     }
     let head = match upstream_head(&req, body, host, port) {
         Ok(head) => head,
@@ -241,12 +250,14 @@ pub async fn inspect(
         Ok(up) => up,
         Err(reason) => {
             let msg = format!("runsbx: TLS to {host}:{port} failed: {reason}");
-            finish(tls, &response(502, "Bad Gateway", None, &msg)).await;
-            return Inspected::UpstreamTls {
+            let outcome = Inspected::UpstreamTls {
                 method,
                 path,
                 reason,
             };
+            refused(&outcome);
+            finish(tls, &response(502, "Bad Gateway", None, &msg)).await;
+            return outcome;
         }
     };
     let (up_count, down_count) = (AtomicU64::new(0), AtomicU64::new(0));

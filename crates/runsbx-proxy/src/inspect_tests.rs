@@ -5,7 +5,7 @@
 use super::*;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
@@ -106,6 +106,8 @@ struct Tunnel {
     outcome: JoinHandle<Inspected>,
     ca: Arc<SandboxCa>,
     port: u16,
+    /// What `inspect` told of refusals, in order.
+    told: Arc<Mutex<Vec<Inspected>>>,
 }
 
 /// The proxy's side of a CONNECT to `host` at the upstream's port: what
@@ -126,6 +128,8 @@ async fn tunnel(
     let up = TcpStream::connect(upstream).await.unwrap();
     let port = upstream.port();
     let inspector_ca = Arc::clone(&ca);
+    let told = Arc::new(Mutex::new(Vec::new()));
+    let teller = Arc::clone(&told);
     let outcome = tokio::spawn(async move {
         inspect(
             accepted,
@@ -136,6 +140,7 @@ async fn tunnel(
             &trust,
             &limits,
             &check,
+            &|refusal: &Inspected| teller.lock().unwrap().push(refusal.clone()),
         )
         .await
     });
@@ -144,6 +149,7 @@ async fn tunnel(
         outcome,
         ca,
         port,
+        told,
     }
 }
 
@@ -175,6 +181,13 @@ async fn client_tls(
 
 /// Send `request`, read the answer until the proxy closes.
 async fn send(t: Tunnel, request: &[u8]) -> (String, Inspected) {
+    let (answer, _, outcome) = send_told(t, request).await;
+    (answer, outcome)
+}
+
+/// [`send`], and the refusals `inspect` had told of when the answer was
+/// read.
+async fn send_told(t: Tunnel, request: &[u8]) -> (String, Vec<Inspected>, Inspected) {
     let mut tls = client_tls(t.client, t.ca.certificate_pem(), UPSTREAM)
         .await
         .unwrap();
@@ -182,8 +195,9 @@ async fn send(t: Tunnel, request: &[u8]) -> (String, Inspected) {
     tls.flush().await.unwrap();
     let mut answer = Vec::new();
     let _ = timeout(Duration::from_secs(5), tls.read_to_end(&mut answer)).await;
+    let told = t.told.lock().unwrap().clone();
     let outcome = t.outcome.await.unwrap();
-    (String::from_utf8_lossy(&answer).into_owned(), outcome)
+    (String::from_utf8_lossy(&answer).into_owned(), told, outcome)
 }
 
 async fn seen(upstream: Seen) -> Option<String> {
@@ -214,11 +228,12 @@ async fn get_goes_upstream_in_origin_form_without_proxy_headers() {
         "GET https://{UPSTREAM}:{port}/v1/items?q=1 HTTP/1.1\r\nHost: {UPSTREAM}:{port}\r\n\
          Proxy-Authorization: Basic eA==\r\nConnection: keep-alive\r\nAccept: */*\r\n\r\n"
     );
-    let (answer, outcome) = send(t, request.as_bytes()).await;
+    let (answer, told, outcome) = send_told(t, request.as_bytes()).await;
     assert_eq!(
         answer,
         "HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
     );
+    assert_eq!(told, []);
     assert_eq!(
         seen(up).await.unwrap(),
         format!(
@@ -274,7 +289,7 @@ async fn a_denied_request_never_reaches_the_upstream() {
         "POST /v1/items HTTP/1.1\r\nHost: {UPSTREAM}:{}\r\nContent-Length: 5\r\n\r\nhello",
         t.port
     );
-    let (answer, outcome) = send(t, request.as_bytes()).await;
+    let (answer, told, outcome) = send_told(t, request.as_bytes()).await;
     assert!(answer.starts_with("HTTP/1.1 403 Forbidden\r\n"), "{answer}");
     assert!(answer.contains("\r\nContent-Type: text/plain"), "{answer}");
     assert!(
@@ -296,6 +311,9 @@ async fn a_denied_request_never_reaches_the_upstream() {
             message: "runsbx: POST to upstream.test is not allowed (rule read-only)".into(),
         }
     );
+    // Told before the client had its answer: a call whose command exits
+    // on its 403 reports the refusal.
+    assert_eq!(told, [outcome]);
 }
 
 fn inject_credential(req: &mut InspectedRequest) -> Verdict {
@@ -471,7 +489,8 @@ async fn a_host_header_naming_another_host_is_refused() {
         InspectLimits::default(),
     )
     .await;
-    let (answer, outcome) = send(t, b"GET / HTTP/1.1\r\nHost: internal.example\r\n\r\n").await;
+    let (answer, told, outcome) =
+        send_told(t, b"GET / HTTP/1.1\r\nHost: internal.example\r\n\r\n").await;
     assert!(
         answer.starts_with("HTTP/1.1 400 Bad Request\r\n"),
         "{answer}"
@@ -482,7 +501,8 @@ async fn a_host_header_naming_another_host_is_refused() {
         "{answer}"
     );
     assert_eq!(seen(up).await, None);
-    assert!(matches!(outcome, Inspected::BadRequest(r) if r.contains("internal.example")));
+    assert!(matches!(&outcome, Inspected::BadRequest(r) if r.contains("internal.example")));
+    assert_eq!(told, [outcome]);
 }
 
 async fn upstream_tls_failure(
@@ -494,7 +514,9 @@ async fn upstream_tls_failure(
     let trust = trust(trusted_pem.unwrap_or(&ca_pem));
     let t = tunnel(host(), addr, trust, allow_all, InspectLimits::default()).await;
     let request = format!("GET / HTTP/1.1\r\nHost: {UPSTREAM}:{}\r\n\r\n", t.port);
-    send(t, request.as_bytes()).await
+    let (answer, told, outcome) = send_told(t, request.as_bytes()).await;
+    assert_eq!(told, std::slice::from_ref(&outcome), "{answer}");
+    (answer, outcome)
 }
 
 #[tokio::test]

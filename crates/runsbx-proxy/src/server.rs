@@ -125,12 +125,13 @@ fn refuse_at_limit(
         Some(DenyReason::LimitReached.code()),
         &message,
     );
-    let _ = stream.try_write(&response);
+    // Counted before the client can read its answer (see `inspect`).
     if record {
         shared.record(event(peer, "", "", 0, DenyReason::LimitReached, message));
     } else {
         shared.denied.fetch_add(1, Ordering::Relaxed);
     }
+    let _ = stream.try_write(&response);
 }
 
 pub(crate) enum Head {
@@ -415,6 +416,29 @@ async fn inspected(
             }
         }
     };
+    let record = |method: &str, path: &str, reason: DenyReason, message: String| {
+        let mut event = event(peer, method, &host, req.port, reason, message);
+        event.path = path.to_owned();
+        shared.record(event);
+    };
+    // Recorded before the sandbox reads its answer (see `inspect`).
+    let refused = |outcome: &Inspected| match outcome {
+        Inspected::Denied {
+            method,
+            path,
+            reason,
+            message,
+        } => record(method, path, reason.clone(), message.clone()),
+        Inspected::BadRequest(detail) => {
+            let message = deny_message(&DenyReason::BadRequest, &host, req.port, detail);
+            record("", "", DenyReason::BadRequest, message);
+        }
+        Inspected::UpstreamTls { reason: detail, .. } => {
+            shared.upstream_errors.fetch_add(1, Ordering::Relaxed);
+            tracing::info!(%peer, %host, port = req.port, error = %detail, "egress proxy: upstream TLS failed");
+        }
+        _ => {}
+    };
     let outcome = inspect(
         stream,
         upstream,
@@ -424,13 +448,9 @@ async fn inspected(
         &inspection.trust,
         &limits,
         &check,
+        &refused,
     )
     .await;
-    let record = |method: &str, path: &str, reason: DenyReason, message: String| {
-        let mut event = event(peer, method, &host, req.port, reason, message);
-        event.path = path.to_owned();
-        shared.record(event);
-    };
     match outcome {
         Inspected::Forwarded {
             end,
@@ -448,20 +468,8 @@ async fn inspected(
                 record(&method, &path, DenyReason::LimitReached, message);
             }
         }
-        Inspected::Denied {
-            method,
-            path,
-            reason,
-            message,
-        } => record(&method, &path, reason, message),
-        Inspected::BadRequest(detail) => {
-            let message = deny_message(&DenyReason::BadRequest, &host, req.port, &detail);
-            record("", "", DenyReason::BadRequest, message);
-        }
-        Inspected::UpstreamTls { reason: detail, .. } => {
-            shared.upstream_errors.fetch_add(1, Ordering::Relaxed);
-            tracing::info!(%peer, %host, port = req.port, error = %detail, "egress proxy: upstream TLS failed");
-        }
+        // Recorded by `refused`, before the sandbox was answered.
+        Inspected::Denied { .. } | Inspected::BadRequest(_) | Inspected::UpstreamTls { .. } => {}
         // The sandbox's client refused the proxy's certificate (it does
         // not use the trust bundle runsbx gave it) or went away: nothing
         // was sent anywhere.
