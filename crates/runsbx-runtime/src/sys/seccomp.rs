@@ -19,7 +19,7 @@
 use std::fs;
 use std::hash::{Hash, Hasher};
 use std::io::{Read, Seek, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
@@ -154,32 +154,46 @@ fn read_entry(file: &Path, source: &str) -> Option<Program> {
     })
 }
 
+/// Writes an entry as a file with no name (O_TMPFILE) and links it in
+/// whole: a reader never sees part of one, and a writer killed part way
+/// leaves nothing in the cache. An entry already there (another filter's
+/// of the same hash, or one this build no longer reads) is replaced.
 fn write_entry(dir: &Path, file: &Path, source: &str, program: &Program) -> std::io::Result<()> {
+    use nix::fcntl::AtFlags;
+    use nix::unistd::linkat;
+
     fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(dir)?;
-    // A name no other writer uses: in this process, one per write.
-    static WRITES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = WRITES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let tmp = dir.join(format!(".{}.{n}.tmp", std::process::id()));
-    let written = fs::OpenOptions::new()
+    let mut f = fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
         .mode(0o600)
-        .open(&tmp)
-        .and_then(|mut f| {
-            f.write_all(source.as_bytes())?;
-            f.write_all(b"\0")?;
-            write!(f, "{:016x}{:016x}", program.flags, program.bpf.len())?;
-            f.write_all(&program.bpf)
-        })
-        .and_then(|()| fs::rename(&tmp, file));
-    if written.is_err() {
-        let _ = fs::remove_file(&tmp);
+        .custom_flags(libc::O_TMPFILE)
+        .open(dir)?;
+    f.write_all(source.as_bytes())?;
+    f.write_all(b"\0")?;
+    write!(f, "{:016x}{:016x}", program.flags, program.bpf.len())?;
+    f.write_all(&program.bpf)?;
+    // linkat(2) names an unnamed file through its /proc link; AT_EMPTY_PATH
+    // would need CAP_DAC_READ_SEARCH.
+    let unnamed = std::path::PathBuf::from(format!("/proc/self/fd/{}", f.as_raw_fd()));
+    let link = || {
+        linkat(
+            None,
+            unnamed.as_path(),
+            None,
+            file,
+            AtFlags::AT_SYMLINK_FOLLOW,
+        )
+    };
+    match link() {
+        Err(nix::Error::EEXIST) => {
+            fs::remove_file(file)?;
+            link().map_err(std::io::Error::from)
+        }
+        linked => linked.map_err(std::io::Error::from),
     }
-    written
 }
 
 /// Compiles `seccomp` with libseccomp, rule by rule as libcontainer 0.7
@@ -413,7 +427,10 @@ mod tests {
             .unwrap();
         let other = compile(&allow_all).unwrap();
         write_entry(file.parent().unwrap(), &file, "another filter", &other).unwrap();
+        assert_eq!(read_entry(&file, "another filter"), Some(other));
         assert_eq!(Program::of(&filter, root.path()).unwrap(), program);
+        // Each write replaced the entry: nothing else is in the cache.
+        assert_eq!(entries(root.path()), std::slice::from_ref(&file));
         // Cut short, even by whole instructions: not used either.
         for cut in [3, INSN] {
             let bytes = fs::read(&file).unwrap();
