@@ -2,10 +2,12 @@
 # Regenerates crates/runsbx/hot-functions.txt, the functions runsbx runs,
 # which the linker lays out first and together (see crates/runsbx/build.rs
 # and docs/architecture.md, "Code layout"). Run it when the code that a
-# run, a call or a pool executes has changed: crates/runsbx/tests/layout.rs
-# fails once the list is stale enough to cost a run's RSS. As root (it
-# turns the disk's readahead off for a minute, and runs the rootless
-# workload as the test user); about five minutes, most of it one build.
+# run, a call or a pool executes has changed: hack/bench.sh prints how
+# much of runsbx's code a run maps (it grows as the list goes stale), and
+# crates/runsbx/tests/layout.rs fails once a tenth of the list names
+# functions the binary no longer has. As root (it turns the disk's
+# readahead off for a minute, and runs the rootless workload as the test
+# user); about five minutes, most of it one build.
 #
 #   sudo hack/hot-functions.sh
 #
