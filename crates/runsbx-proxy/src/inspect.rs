@@ -97,10 +97,6 @@ pub enum Inspected {
         /// The final response's status, when its head was read.
         status: Option<u16>,
         end: RelayEnd,
-        /// Bytes read from the client (the request head as sent upstream)
-        /// and from the upstream, in the clear.
-        bytes_up: u64,
-        bytes_down: u64,
     },
     /// The check refused; answered 403, upstream never contacted.
     Denied {
@@ -153,10 +149,13 @@ pub enum RelayEnd {
 /// answered `200 Connection established` on `client` and connected
 /// `upstream` to an address it vetted for `host:port`.
 ///
-/// `refused` is told of a refusal (`Denied`, `BadRequest`) or a failed
-/// upstream (`UpstreamTls`) before the client is answered: a sandbox that
-/// reads its 403 and exits at once ends its call, whose result must
-/// already count it.
+/// `refused` is told of a refusal (`Denied`, `BadRequest`), a failed
+/// upstream (`UpstreamTls`) or a spent budget (`Forwarded`, ending
+/// `Budget`) before the client is answered or its connection closed: a
+/// sandbox that reads its 403 (or its end of file) and exits at once ends
+/// its call, whose result must already count it. For the same reason the
+/// bytes relayed are counted as they go, into `counted` (from the client,
+/// the request head as sent upstream; from the upstream; in the clear).
 #[allow(clippy::too_many_arguments)]
 pub async fn inspect(
     client: TcpStream,
@@ -168,6 +167,7 @@ pub async fn inspect(
     limits: &InspectLimits,
     check: &(dyn Fn(&mut InspectedRequest) -> Verdict + Send + Sync),
     refused: &(dyn Fn(&Inspected) + Send + Sync),
+    counted: (&AtomicU64, &AtomicU64),
 ) -> Inspected {
     let _ = client.set_nodelay(true);
     let _ = upstream.set_nodelay(true);
@@ -260,23 +260,28 @@ pub async fn inspect(
             return outcome;
         }
     };
-    let (up_count, down_count) = (AtomicU64::new(0), AtomicU64::new(0));
-    let meter = Meter::new(
-        &up_count,
-        &down_count,
-        limits.max_bytes,
-        limits.idle_timeout,
-    );
+    let meter = Meter::new(counted.0, counted.1, limits.max_bytes, limits.idle_timeout);
     let mut status = None;
-    let end = exchange(tls, up, &head, &buf[len..filled], body, &meter, &mut status).await;
-    Inspected::Forwarded {
+    let (end, client) =
+        exchange(tls, up, &head, &buf[len..filled], body, &meter, &mut status).await;
+    let outcome = Inspected::Forwarded {
         method,
         path,
         status,
         end,
-        bytes_up: up_count.into_inner(),
-        bytes_down: down_count.into_inner(),
+    };
+    if matches!(
+        outcome,
+        Inspected::Forwarded {
+            end: RelayEnd::Budget,
+            ..
+        }
+    ) {
+        refused(&outcome);
     }
+    // Only now may the client see its connection end.
+    drop(client);
+    outcome
 }
 
 /// The client's handshake, with the leaf for `host`. A client that names
@@ -336,7 +341,9 @@ async fn connect(
 
 /// Send the head, then relay the framed body up and the response down at
 /// once (so `Expect: 100-continue` works), until the upstream has answered
-/// and closed, the idle timeout, the budget or an error.
+/// and closed, the idle timeout, the budget or an error. A relay that did
+/// not end `Done` returns the client's connection open, for the caller to
+/// close once it has recorded why.
 async fn exchange(
     client: ClientTls,
     upstream: UpstreamTls,
@@ -345,7 +352,7 @@ async fn exchange(
     body: Body,
     meter: &Meter<'_>,
     status: &mut Option<u16>,
-) -> RelayEnd {
+) -> (RelayEnd, Option<ClientTls>) {
     let (mut client_r, mut client_w) = tokio::io::split(client);
     let (mut up_r, mut up_w) = tokio::io::split(upstream);
     let result = {
@@ -373,15 +380,15 @@ async fn exchange(
             () = meter.idle_expired() => Err(RelayEnd::Idle),
         }
     };
+    let client = client_r.unsplit(client_w);
     if let Err(end) = result {
-        return end;
+        return (end, Some(client));
     }
     // The response is through and the client has its close_notify. What it
     // still sends is read and dropped for a moment, so that closing is a
     // FIN, not a reset that could destroy the response in flight.
-    let (tcp, _) = client_r.unsplit(client_w).into_inner();
-    linger(tcp).await;
-    RelayEnd::Done
+    linger(client.into_inner().0).await;
+    (RelayEnd::Done, None)
 }
 
 impl From<End> for RelayEnd {

@@ -5,6 +5,7 @@
 use super::*;
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
@@ -108,6 +109,8 @@ struct Tunnel {
     port: u16,
     /// What `inspect` told of refusals, in order.
     told: Arc<Mutex<Vec<Inspected>>>,
+    /// The bytes `inspect` counted: from the client, from the upstream.
+    counted: Arc<(AtomicU64, AtomicU64)>,
 }
 
 /// The proxy's side of a CONNECT to `host` at the upstream's port: what
@@ -118,6 +121,19 @@ async fn tunnel(
     trust: UpstreamTrust,
     check: fn(&mut InspectedRequest) -> Verdict,
     limits: InspectLimits,
+) -> Tunnel {
+    tunnel_telling(host, upstream, trust, check, limits, Arc::new(|_| {})).await
+}
+
+/// [`tunnel`], whose refusals are also told to `also` (from the task that
+/// runs `inspect`).
+async fn tunnel_telling(
+    host: Host,
+    upstream: SocketAddr,
+    trust: UpstreamTrust,
+    check: fn(&mut InspectedRequest) -> Verdict,
+    limits: InspectLimits,
+    also: Arc<dyn Fn(&Inspected) + Send + Sync>,
 ) -> Tunnel {
     let ca = Arc::new(SandboxCa::new().unwrap());
     let proxy = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -130,6 +146,8 @@ async fn tunnel(
     let inspector_ca = Arc::clone(&ca);
     let told = Arc::new(Mutex::new(Vec::new()));
     let teller = Arc::clone(&told);
+    let counted = Arc::new((AtomicU64::new(0), AtomicU64::new(0)));
+    let counters = Arc::clone(&counted);
     let outcome = tokio::spawn(async move {
         inspect(
             accepted,
@@ -140,7 +158,11 @@ async fn tunnel(
             &trust,
             &limits,
             &check,
-            &|refusal: &Inspected| teller.lock().unwrap().push(refusal.clone()),
+            &|refusal: &Inspected| {
+                also(refusal);
+                teller.lock().unwrap().push(refusal.clone());
+            },
+            (&counters.0, &counters.1),
         )
         .await
     });
@@ -150,6 +172,7 @@ async fn tunnel(
         ca,
         port,
         told,
+        counted,
     }
 }
 
@@ -647,4 +670,87 @@ async fn an_ip_host_is_inspected_by_its_ip() {
         .await
         .unwrap()
         .starts_with("GET / HTTP/1.1\r\nHost: 127.0.0.1:"));
+}
+
+/// The kernel's TCP state of the IPv4 loopback socket bound to `port`, as
+/// /proc/net/tcp gives it ("01" established, "08" close-wait: the peer
+/// closed).
+fn tcp_state(port: u16) -> String {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let local = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .find_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.get(1) == Some(&local.as_str())).then(|| fields[3].to_owned())
+        })
+        .unwrap_or_else(|| panic!("no socket on 127.0.0.1:{port} in /proc/net/tcp"))
+}
+
+/// A response past the byte budget: the relay ends `Budget`, and the caller
+/// is told before the client can see its connection end (a sandbox that
+/// exits on its end of file ends its call, whose result must count the
+/// `limit_reached`). When told, the proxy must not have closed the
+/// connection yet: the client's socket is still established, not in
+/// close-wait (on loopback, the proxy's close reaches it at once).
+#[tokio::test]
+async fn a_spent_budget_is_told_before_the_client_sees_the_end() {
+    let (ca_pem, config) = upstream_pki(&[UPSTREAM]);
+    let body = "x".repeat(100_000);
+    let big = format!(
+        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let big: &'static [u8] = Box::leak(big.into_bytes().into_boxed_slice());
+    let (addr, _up) = upstream(config, vec![(has_head, big)]).await;
+    let limits = InspectLimits {
+        max_bytes: 10_000,
+        ..InspectLimits::default()
+    };
+    // The client's port, and its socket's state each time `inspect` told.
+    let client_port = Arc::new(std::sync::atomic::AtomicU16::new(0));
+    let states_when_told = Arc::new(Mutex::new(Vec::new()));
+    let also: Arc<dyn Fn(&Inspected) + Send + Sync> = {
+        let (port, states) = (Arc::clone(&client_port), Arc::clone(&states_when_told));
+        Arc::new(move |_| {
+            let state = tcp_state(port.load(Ordering::SeqCst));
+            states.lock().unwrap().push(state);
+        })
+    };
+    let t = tunnel_telling(host(), addr, trust(&ca_pem), allow_all, limits, also).await;
+    client_port.store(t.client.local_addr().unwrap().port(), Ordering::SeqCst);
+    let counted = Arc::clone(&t.counted);
+    let request = format!("GET /big HTTP/1.1\r\nHost: {UPSTREAM}:{}\r\n\r\n", t.port);
+    let (answer, told, outcome) = send_told(t, request.as_bytes()).await;
+    // What was relayed before the budget was spent, at most (here none:
+    // the first read from the upstream is past it).
+    assert!(
+        answer.len() <= 10_000,
+        "{} bytes came through",
+        answer.len()
+    );
+    let budget = |o: &Inspected| {
+        matches!(
+            o,
+            Inspected::Forwarded {
+                end: RelayEnd::Budget,
+                ..
+            }
+        )
+    };
+    assert!(budget(&outcome), "{outcome:?}");
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(budget(&told[0]), "{told:?}");
+    assert_eq!(
+        *states_when_told.lock().unwrap(),
+        ["01"],
+        "established when told"
+    );
+    // Counted as relayed: the budget and the read that went past it.
+    let (up, down) = (
+        counted.0.load(Ordering::SeqCst),
+        counted.1.load(Ordering::SeqCst),
+    );
+    assert!(up > 0 && up + down > 10_000, "up {up}, down {down}");
 }

@@ -437,6 +437,16 @@ async fn inspected(
             shared.upstream_errors.fetch_add(1, Ordering::Relaxed);
             tracing::info!(%peer, %host, port = req.port, error = %detail, "egress proxy: upstream TLS failed");
         }
+        Inspected::Forwarded {
+            method,
+            path,
+            end: RelayEnd::Budget,
+            ..
+        } => {
+            let detail = format!("connection closed after {} bytes", s.max_bytes);
+            let message = deny_message(&DenyReason::LimitReached, "", 0, &detail);
+            record(method, path, DenyReason::LimitReached, message);
+        }
         _ => {}
     };
     let outcome = inspect(
@@ -449,27 +459,16 @@ async fn inspected(
         &limits,
         &check,
         &refused,
+        (&shared.bytes_up, &shared.bytes_down),
     )
     .await;
     match outcome {
-        Inspected::Forwarded {
-            end,
-            bytes_up,
-            bytes_down,
-            method,
-            path,
-            ..
-        } => {
-            shared.bytes_up.fetch_add(bytes_up, Ordering::Relaxed);
-            shared.bytes_down.fetch_add(bytes_down, Ordering::Relaxed);
-            if end == RelayEnd::Budget {
-                let detail = format!("connection closed after {} bytes", s.max_bytes);
-                let message = deny_message(&DenyReason::LimitReached, "", 0, &detail);
-                record(&method, &path, DenyReason::LimitReached, message);
-            }
-        }
-        // Recorded by `refused`, before the sandbox was answered.
-        Inspected::Denied { .. } | Inspected::BadRequest(_) | Inspected::UpstreamTls { .. } => {}
+        // Counted as they went, and recorded by `refused` before the
+        // sandbox was answered or its connection closed.
+        Inspected::Forwarded { .. }
+        | Inspected::Denied { .. }
+        | Inspected::BadRequest(_)
+        | Inspected::UpstreamTls { .. } => {}
         // The sandbox's client refused the proxy's certificate (it does
         // not use the trust bundle runsbx gave it) or went away: nothing
         // was sent anywhere.
