@@ -2,7 +2,8 @@
 //! before the cgroup is removed. Without a cgroup (rootless on cgroup v1)
 //! the host cannot tell, and the result says so with `null`.
 
-use std::fs;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use libcontainer::oci_spec::runtime::Spec;
@@ -11,11 +12,12 @@ use crate::sys::privilege::{self, CgroupLayout};
 
 const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 
-/// Where a sandbox's limit events are counted: found before its command
-/// runs (the lookup is several statfs calls), read once it has ended.
+/// Where a sandbox's limit events are counted: found and opened before its
+/// command runs (the lookup is several statfs calls, each open a walk
+/// through cgroupfs), read once it has ended.
 pub struct Counters {
-    /// The memory and pids files; `None` when the host cannot tell.
-    files: Option<(PathBuf, PathBuf)>,
+    /// The memory and pids files (either `None` when the host cannot tell).
+    files: Option<(Option<File>, Option<File>)>,
 }
 
 impl Counters {
@@ -44,8 +46,9 @@ impl Counters {
             CgroupLayout::V2 => file("memory", "memory.events"),
             _ => file("memory", "memory.oom_control"),
         };
+        let open = |path: PathBuf| File::open(path).ok();
         Self {
-            files: Some((memory, file("pids", "pids.events"))),
+            files: Some((open(memory), open(file("pids", "pids.events")))),
         }
     }
 
@@ -54,15 +57,19 @@ impl Counters {
         let Some((memory, pids)) = &self.files else {
             return (None, None);
         };
-        let memory = counter(memory, "oom_kill");
-        let pids = counter(pids, "max");
+        let memory = memory.as_ref().and_then(|f| counter(f, "oom_kill"));
+        let pids = pids.as_ref().and_then(|f| counter(f, "max"));
         (memory.map(|n| n > 0), pids.map(|n| n > 0))
     }
 }
 
-/// The value of `key` in a flat-keyed cgroup file (`key value` lines).
-fn counter(path: &Path, key: &str) -> Option<u64> {
-    parse_counter(&fs::read_to_string(path).ok()?, key)
+/// The value of `key` in a flat-keyed cgroup file (`key value` lines),
+/// read from its start: a cgroup file is generated anew for each read
+/// from offset 0.
+fn counter(file: &File, key: &str) -> Option<u64> {
+    let mut buf = [0u8; 4096];
+    let n = file.read_at(&mut buf, 0).ok()?;
+    parse_counter(std::str::from_utf8(&buf[..n]).ok()?, key)
 }
 
 fn parse_counter(text: &str, key: &str) -> Option<u64> {

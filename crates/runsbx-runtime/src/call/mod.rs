@@ -216,7 +216,7 @@ fn run(
     // connection waits in the socket, and a denied syscall of the init
     // waits for its answer (the init makes none before its command).
     let sock_diag = sandbox.built.sock_diag.take();
-    let seccomp = listener.map(|l| l.serve(id, sock_diag)).transpose()?;
+    let mut seccomp = listener.map(|l| l.serve(id, sock_diag)).transpose()?;
     result.attestation = Some(sandbox.start()?);
     // The policy's deadline: the call's --timeout, which the profile may
     // refuse but not lengthen.
@@ -253,8 +253,14 @@ fn run(
     )?;
 
     // Once the sandbox's processes are gone (or the deadline passed: then
-    // those still waiting get ENOSYS, and the teardown kills them).
-    if let Some(seen) = seccomp.map(seccomp_events::Serving::finish) {
+    // those still waiting get ENOSYS, and the teardown kills them). The
+    // listener's thread answers what is pending while the limit events are
+    // read (before the cgroup goes with the container).
+    if let Some(s) = seccomp.as_mut() {
+        s.stop();
+    }
+    (result.limits.memory_hit, result.limits.pids_hit) = limit_counters.read();
+    if let Some(seen) = seccomp.as_mut().map(seccomp_events::Serving::finish) {
         result.seccomp = Some(seen.denials.report());
         result.hints = Some(seen.connects.hints(proxy.is_some()));
     }
@@ -265,8 +271,6 @@ fn run(
         result.egress = Some(EgressReport::of(&proxy, egress));
         proxy.shutdown();
     }
-    // The limit events are read before the cgroup goes with the container.
-    (result.limits.memory_hit, result.limits.pids_hit) = limit_counters.read();
     result.record_streams(out, err, tails);
     // Before the result is printed, what went out live is all written.
     writers.finish();
@@ -294,6 +298,8 @@ fn run(
     if settled {
         deliver(result, tails);
     }
+    // Its socket is removed once the caller has its result.
+    drop(seccomp);
     drop(linger);
     sandbox.remove(settled)?;
     if !settled {

@@ -135,7 +135,8 @@ impl CallPlan {
         if session.is_none() {
             check_command(&rootfs, &req.command[0], &env)?;
         }
-        if privilege::rootless()
+        let rootless = privilege::rootless();
+        if rootless
             && session.is_none()
             && pathrs::Root::open(&rootfs)
                 .and_then(|r| r.resolve("/workspace"))
@@ -149,7 +150,7 @@ impl CallPlan {
             ));
         }
         // A session's rootfs is its writable layer over the image.
-        let spec = call_spec(&rootfs, req, env, session.is_none())?;
+        let spec = call_spec(&rootfs, req, env, session.is_none(), rootless)?;
         let overrides = overrides(req)?;
         let policy = Policy::load(req.config.as_deref())?;
         let profile = policy.profile_named(overrides.profile.as_deref())?;
@@ -293,11 +294,12 @@ pub(super) fn call_spec(
     req: &CallRequest,
     env: Vec<String>,
     read_only: bool,
+    rootless: bool,
 ) -> Result<Spec> {
     let invalid = |e: libcontainer::oci_spec::OciSpecError| {
         RuntimeError::invalid("build the call's spec", e.to_string())
     };
-    let mut spec = crate::ops::spec::default_spec(privilege::rootless())?;
+    let mut spec = crate::ops::spec::default_spec(rootless)?;
     let process = ProcessBuilder::default()
         .args(req.command.clone())
         .env(env)

@@ -160,7 +160,7 @@ impl Fitter {
         let read_only = self.session.is_none();
         let source = Bundle {
             dir: ws.dir.clone(),
-            spec: plan::call_spec(&self.rootfs, req, env, read_only)?,
+            spec: plan::call_spec(&self.rootfs, req, env, read_only, self.host.rootless)?,
             rootfs: self.rootfs.clone(),
         };
         let overrides = plan::overrides(req)?;

@@ -193,15 +193,23 @@ pub(crate) struct Serving {
 }
 
 impl Serving {
+    /// Tells the thread to stop once it has answered what is pending,
+    /// without waiting for it: the caller reads the rest of its result
+    /// meanwhile.
+    pub fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = nix::unistd::write(&stop, b"s");
+        }
+    }
+
     /// Stops the thread once it has answered what is pending; what it saw.
-    pub fn finish(mut self) -> Seen {
+    /// The socket is removed when this is dropped.
+    pub fn finish(&mut self) -> Seen {
         self.stop_thread().unwrap_or_default()
     }
 
     fn stop_thread(&mut self) -> Option<Seen> {
-        if let Some(stop) = self.stop.take() {
-            let _ = nix::unistd::write(&stop, b"s");
-        }
+        self.stop();
         let thread = self.thread.take()?;
         match thread.join() {
             Ok(denials) => Some(denials),
@@ -475,8 +483,11 @@ mod tests {
         let path = listener.path().to_owned();
         let mode = std::fs::metadata(&path).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
-        let serving = listener.serve("t", None).unwrap();
+        let mut serving = listener.serve("t", None).unwrap();
         assert_eq!(serving.finish().denials.report(), SeccompReport::default());
+        // Kept until the serving is dropped (after the call's reply).
+        assert!(path.exists());
+        drop(serving);
         assert!(!path.exists());
     }
 }
