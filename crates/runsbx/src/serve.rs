@@ -321,6 +321,14 @@ impl<'a> RunningAs<'a> {
         }
     }
 
+    /// The entry [`Pool::send_at_once`] made.
+    fn recorded(running: &'a Running, key: &str) -> Self {
+        Self {
+            running,
+            key: key.to_owned(),
+        }
+    }
+
     fn cancelled(&self) -> bool {
         matches!(lock(self.running).get(&self.key), Some(Run::Cancelled))
     }
@@ -374,11 +382,14 @@ fn serve_lines(pool: &Arc<Pool>, input: impl BufRead, out: Arc<Mutex<Box<dyn Wri
             cancel(&running, &id.to_string());
             continue;
         }
+        // A ready sandbox gets the request from this thread: waking a
+        // request thread first would delay its command by that wake-up.
+        let sent = pool.send_at_once(&msg, &running);
         let pool = pool.clone();
         let out = out.clone();
         let running = running.clone();
         lanes.run(Box::new(move || {
-            pool.serve(&msg, &running, &|reply| write_line(&out, reply));
+            pool.serve(&msg, &running, sent, &|reply| write_line(&out, reply));
         }));
     }
     lanes.finish();
@@ -462,6 +473,22 @@ impl Lanes {
     }
 }
 
+/// A request's `argv`, if it is an array of strings.
+fn request_argv(msg: &Value) -> Option<&[Value]> {
+    match msg.get("argv").and_then(Value::as_array) {
+        Some(a) if a.iter().all(Value::is_string) => Some(a),
+        _ => None,
+    }
+}
+
+/// Gives a worker its request, in one write: the pipe is unbuffered, and
+/// the worker would wake for each piece serde writes.
+fn ask(w: &mut Worker, argv: &[Value], stdin: &Value) -> std::io::Result<()> {
+    let mut request = json!({"argv": argv, "stdin": stdin}).to_string();
+    request.push('\n');
+    w.to.write_all(request.as_bytes())
+}
+
 /// One write, newline included: the reader wakes once, for a whole line.
 fn write_line(out: &Mutex<Box<dyn Write + Send>>, line: &str) {
     let line = format!("{line}\n");
@@ -475,24 +502,57 @@ impl Pool {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A request given to a ready worker at once, if one is ready and the
+    /// request has its arguments: it is being served (counted, and
+    /// recorded as run by that worker for a cancel) when this returns.
+    fn send_at_once(&self, msg: &Value, running: &Running) -> Option<Worker> {
+        let argv = request_argv(msg)?;
+        let stdin = msg.get("stdin").unwrap_or(&Value::Null);
+        let mut w = {
+            let mut s = self.lock();
+            if s.closing {
+                return None;
+            }
+            let w = s.ready.pop_front()?;
+            s.serving += 1;
+            w
+        };
+        self.changed.notify_all();
+        let key = msg.get("id").unwrap_or(&Value::Null).to_string();
+        lock(running).insert(key, Run::By(w.child.id()));
+        // A worker that cannot be written to is dead: `warm` finds no
+        // reply, and lets it go.
+        let _ = ask(&mut w, argv, stdin);
+        Some(w)
+    }
+
     /// One request to its reply, which goes to `send` before the used
     /// worker is let go and the pool told: on a small machine that work
-    /// would take the cores the caller needs to read its reply.
-    fn serve(self: &Arc<Self>, msg: &Value, running: &Running, send: &dyn Fn(&str)) {
+    /// would take the cores the caller needs to read its reply. `sent`:
+    /// the worker [`Pool::send_at_once`] gave the request to.
+    fn serve(
+        self: &Arc<Self>,
+        msg: &Value,
+        running: &Running,
+        sent: Option<Worker>,
+        send: &dyn Fn(&str),
+    ) {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let key = id.to_string();
-        let argv = match msg.get("argv").and_then(Value::as_array) {
-            Some(a) if a.iter().all(Value::is_string) => a.clone(),
-            _ => {
-                return send(&json!({"id": id, "error": "the request has no \"argv\" (an array of strings: runsbx call's arguments)"}).to_string())
-            }
+        let Some(argv) = request_argv(msg) else {
+            return send(&json!({"id": id, "error": "the request has no \"argv\" (an array of strings: runsbx call's arguments)"}).to_string());
         };
         let stdin = msg.get("stdin").cloned().unwrap_or(Value::Null);
-        self.lock().serving += 1;
-        let run = RunningAs::pending(running, &key);
-        let (reply, used) = match self.warm(&argv, &stdin, &run) {
+        let run = match sent {
+            Some(_) => RunningAs::recorded(running, &key),
+            None => {
+                self.lock().serving += 1;
+                RunningAs::pending(running, &key)
+            }
+        };
+        let (reply, used) = match self.warm(argv, &stdin, &run, sent) {
             Some((line, used)) => (Reply::Warm(line), Some(used)),
-            None => (Reply::Cold(self.cold(&argv, &stdin, &run)), None),
+            None => (Reply::Cold(self.cold(argv, &stdin, &run)), None),
         };
         drop(run);
         {
@@ -526,22 +586,26 @@ impl Pool {
         self.changed.notify_all();
     }
 
-    /// The request in a ready sandbox, with the worker that ran it (for
-    /// the caller to let go); `None` if none can take it.
+    /// The request in a ready sandbox (`sent`: the worker that has it
+    /// already), with the worker that ran it (for the caller to let go);
+    /// `None` if none can take it.
     fn warm(
         self: &Arc<Self>,
         argv: &[Value],
         stdin: &Value,
         run: &RunningAs<'_>,
+        sent: Option<Worker>,
     ) -> Option<(String, Worker)> {
-        let mut w = self.take()?;
-        run.run_by(Some(w.child.id()));
-        // One write: the pipe is unbuffered, and the worker would wake for
-        // each piece serde writes.
-        let mut request = json!({"argv": argv, "stdin": stdin}).to_string();
-        request.push('\n');
+        let (mut w, asked) = match sent {
+            Some(w) => (w, true),
+            None => {
+                let mut w = self.take()?;
+                run.run_by(Some(w.child.id()));
+                let asked = ask(&mut w, argv, stdin).is_ok();
+                (w, asked)
+            }
+        };
         let mut line = String::new();
-        let asked = w.to.write_all(request.as_bytes()).is_ok();
         let answered = asked && matches!(w.from.read_line(&mut line), Ok(n) if n > 0);
         // The worker is done with the request: a late cancel must not
         // reach it while it tears its sandbox down.
