@@ -384,7 +384,11 @@ fn serve_lines(pool: &Arc<Pool>, input: impl BufRead, out: Arc<Mutex<Box<dyn Wri
         }
         // A ready sandbox gets the request from this thread: waking a
         // request thread first would delay its command by that wake-up.
-        let sent = pool.send_at_once(&msg, &running);
+        // Not past the requests in flight: this one would run meanwhile.
+        let sent = match lanes.has_room() {
+            true => pool.send_at_once(&msg, &running),
+            false => None,
+        };
         let pool = pool.clone();
         let out = out.clone();
         let running = running.clone();
@@ -424,6 +428,12 @@ impl Lanes {
             counts: Arc::default(),
             threads: Vec::new(),
         }
+    }
+
+    /// Whether [`Lanes::run`] would start a job without waiting (only the
+    /// connection's reading thread gives jobs: it stays so until then).
+    fn has_room(&self) -> bool {
+        lock(&self.counts.0).busy < MAX_IN_FLIGHT
     }
 
     /// Gives `job` to a waiting thread, or to a new one; with
