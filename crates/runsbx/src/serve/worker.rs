@@ -36,8 +36,9 @@ struct CallLine {
 struct Control {
     config: Option<PathBuf>,
     /// The request parser, built before the sandbox is ready: clap builds
-    /// a command's argument table on first use, two thirds of a request's
-    /// parse (about 0.15 ms), which the caller would otherwise wait for.
+    /// a command's argument table on first use, which the caller would
+    /// otherwise wait for (two thirds of a request's parse in a profile of
+    /// the worker).
     parser: clap::Command,
     /// Told when the request is taken (see [`end_if_the_pool_goes`]).
     pool_watch: Option<std::sync::mpsc::Sender<()>>,
