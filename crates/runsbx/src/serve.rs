@@ -385,9 +385,10 @@ fn serve_lines(pool: &Arc<Pool>, input: impl BufRead, out: Arc<Mutex<Box<dyn Wri
         // A ready sandbox gets the request from this thread: waking a
         // request thread first would delay its command by that wake-up.
         // Not past the requests in flight: this one would run meanwhile.
-        let sent = match lanes.has_room() {
-            true => pool.send_at_once(&msg, &running),
-            false => None,
+        let sent = if lanes.has_room() {
+            pool.send_at_once(&msg, &running)
+        } else {
+            None
         };
         let pool = pool.clone();
         let out = out.clone();

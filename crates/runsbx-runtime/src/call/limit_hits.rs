@@ -16,8 +16,9 @@ const CGROUP_ROOT: &str = "/sys/fs/cgroup";
 /// command runs (the lookup is several statfs calls, each open a walk
 /// through cgroupfs), read once it has ended.
 pub struct Counters {
-    /// The memory and pids files (either `None` when the host cannot tell).
-    files: Option<(Option<File>, Option<File>)>,
+    /// The memory and pids files, each `None` when the host cannot tell.
+    memory: Option<File>,
+    pids: Option<File>,
 }
 
 impl Counters {
@@ -30,7 +31,10 @@ impl Counters {
         };
         let path = spec.linux().as_ref().and_then(|l| l.cgroups_path().clone());
         let (Some(path), false) = (path, layout == CgroupLayout::None) else {
-            return Self { files: None };
+            return Self {
+                memory: None,
+                pids: None,
+            };
         };
         let rel = path.strip_prefix("/").unwrap_or(&path).to_path_buf();
         let file = |controller: &str, name: &str| -> PathBuf {
@@ -46,19 +50,16 @@ impl Counters {
             CgroupLayout::V2 => file("memory", "memory.events"),
             _ => file("memory", "memory.oom_control"),
         };
-        let open = |path: PathBuf| File::open(path).ok();
         Self {
-            files: Some((open(memory), open(file("pids", "pids.events")))),
+            memory: File::open(memory).ok(),
+            pids: File::open(file("pids", "pids.events")).ok(),
         }
     }
 
     /// (memory limit hit, pids limit hit), each `None` when unknown.
     pub fn read(&self) -> (Option<bool>, Option<bool>) {
-        let Some((memory, pids)) = &self.files else {
-            return (None, None);
-        };
-        let memory = memory.as_ref().and_then(|f| counter(f, "oom_kill"));
-        let pids = pids.as_ref().and_then(|f| counter(f, "max"));
+        let memory = self.memory.as_ref().and_then(|f| counter(f, "oom_kill"));
+        let pids = self.pids.as_ref().and_then(|f| counter(f, "max"));
         (memory.map(|n| n > 0), pids.map(|n| n > 0))
     }
 }
