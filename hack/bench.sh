@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 runs=${1:-100}
 [ "$(id -u)" = 0 ] || { echo "bench.sh: run as root (runc and crun need it here)" >&2; exit 1; }
 cargo build --release --quiet
-runsbx=$PWD/target/release/runsbx
+runsbx=$PWD/target/x86_64-unknown-linux-gnu/release/runsbx
 work=$(mktemp -d /tmp/runsbx-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 make_bundle "$runsbx" "$work/bundle" /bin/true

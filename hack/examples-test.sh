@@ -7,15 +7,16 @@
 #
 #   sudo RUNSBX_TEST_USER=runsbx-test hack/examples-test.sh
 #
-# RUNSBX_BIN names the binary (default: target/release/runsbx, under
-# CARGO_TARGET_DIR when set); the `python` image must exist
+# RUNSBX_BIN names the binary (default:
+# target/x86_64-unknown-linux-gnu/release/runsbx, under CARGO_TARGET_DIR
+# when set); the `python` image must exist
 # (`runsbx image build python`). With CI=true a test that cannot run
 # fails instead of printing SKIP. Prints one closing line,
 # `example tests: N passed, M failed`, and exits non-zero on a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-bin=${RUNSBX_BIN:-${CARGO_TARGET_DIR:-target}/release/runsbx}
+bin=${RUNSBX_BIN:-${CARGO_TARGET_DIR:-target}/x86_64-unknown-linux-gnu/release/runsbx}
 if [ ! -x "$bin" ]; then
     echo "examples-test.sh: no runsbx binary at $bin: build it (cargo build --release -p runsbx) or set RUNSBX_BIN" >&2
     exit 1

@@ -29,7 +29,7 @@ mkdir -p "$out"
 # generates the code of every crate (the release profile's ThinLTO).
 CARGO_TARGET_DIR="$out/build" cargo rustc --release --quiet -p runsbx --bin runsbx -- \
     -C llvm-args=-align-all-functions=12
-measuring=$out/build/release/runsbx
+measuring=$out/build/x86_64-unknown-linux-gnu/release/runsbx
 "$measuring" image ls | grep -q '^python\b' || "$measuring" image build python
 
 work=$(mktemp -d /tmp/runsbx-hot.XXXXXX)

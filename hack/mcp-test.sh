@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs tests/mcp: `runsbx mcp` driven by the real MCP client SDK (PyPI
 # `mcp`, pinned below) over stdio, against $RUNSBX_BIN (default
-# target/release/runsbx), as the caller and, when RUNSBX_TEST_USER is set,
-# as that unprivileged user too. Ends with one line,
+# target/x86_64-unknown-linux-gnu/release/runsbx), as the caller and, when
+# RUNSBX_TEST_USER is set, as that unprivileged user too. Ends with one
+# line,
 #
 #   mcp tests: N passed, M failed
 #
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/.."
 MCP_VERSION=2.3.0
 PYTEST_VERSION=9.2.0
 
-bin=${RUNSBX_BIN:-target/release/runsbx}
+bin=${RUNSBX_BIN:-target/x86_64-unknown-linux-gnu/release/runsbx}
 if [ ! -x "$bin" ]; then
     echo "mcp-test.sh: no runsbx at $bin (cargo build --release -p runsbx, or set RUNSBX_BIN)" >&2
     exit 1

@@ -14,7 +14,7 @@ fi
 command -v cargo >/dev/null || { echo "quickstart.sh: cargo is needed (https://rustup.rs)" >&2; exit 1; }
 hack/install-deps.sh
 cargo build --release
-install -m 0755 target/release/runsbx /usr/local/bin/runsbx
+install -m 0755 target/x86_64-unknown-linux-gnu/release/runsbx /usr/local/bin/runsbx
 # The default image: Debian's python3 by debootstrap, once (a minute or two).
 runsbx image ls | grep -q '^python\b' || runsbx image build python
 

@@ -3,7 +3,7 @@
 # and runs every validation program against runsbx, crun and runc, then prints
 # the passed/failed counts of each runtime side by side. As root.
 #
-#   hack/runtime-tools.sh [RUNSBX_BINARY]     # default: target/release/runsbx
+#   hack/runtime-tools.sh [RUNSBX_BINARY]     # default: target/x86_64-unknown-linux-gnu/release/runsbx
 #
 # Environment (all optional):
 #   RUNTIMES="runsbx crun runc"  which runtimes to run, in this order
@@ -23,7 +23,7 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive LC_ALL=C
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-RUNSBX_BINARY=${1:-$REPO/target/release/runsbx}
+RUNSBX_BINARY=${1:-$REPO/target/x86_64-unknown-linux-gnu/release/runsbx}
 RUNTIMES=${RUNTIMES:-runsbx crun runc}
 TESTS=${TESTS:-}
 TEST_TIMEOUT=${TEST_TIMEOUT:-60}

@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 runs=${1:-7}
 : "${CARGO_TARGET_DIR:=$PWD/target}"
 cargo build --release --quiet -p runsbx
-runsbx=$CARGO_TARGET_DIR/release/runsbx
+runsbx=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/runsbx
 root=$(mktemp -d /tmp/runsbx-sbench.XXXXXX)
 trap 'rm -rf "$root"' EXIT
 

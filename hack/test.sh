@@ -23,9 +23,11 @@ ensure_test_user "$RUNSBX_TEST_USER"
 # unprivileged user, under /tmp/runsbx-tests.
 
 cargo build --release --workspace
+# Where .cargo/config.toml's target puts the release build.
+bin=target/x86_64-unknown-linux-gnu/release/runsbx
 # The default image `runsbx call` runs on, in the system store (built once,
 # from Debian's packages; the tests of `runsbx call` on Python use it).
-target/release/runsbx image ls | grep -q '^python\b' || target/release/runsbx image build python
+"$bin" image ls | grep -q '^python\b' || "$bin" image build python
 log=$(mktemp)
 trap 'rm -rf /tmp/runsbx-tests "$log"' EXIT
 set +e
@@ -38,7 +40,7 @@ pylog=$(mktemp)
 pycopy=$(mktemp -d)
 trap 'rm -rf /tmp/runsbx-tests "$log" "$pylog" "$pycopy"' EXIT
 cp -r clients/python "$pycopy/"
-install -m 0755 target/release/runsbx "$pycopy/runsbx"
+install -m 0755 "$bin" "$pycopy/runsbx"
 chmod -R a+rX "$pycopy"
 pytest_as() {
     local who=$1
@@ -58,7 +60,7 @@ extra=$(mktemp)
 trap 'rm -rf /tmp/runsbx-tests "$log" "$pylog" "$pycopy" "$extra"' EXIT
 extrastatus=0
 for script in hack/examples-test.sh hack/mcp-test.sh; do
-    RUNSBX_BIN=target/release/runsbx "$script" 2>&1 | tee -a "$extra"
+    RUNSBX_BIN=$bin "$script" 2>&1 | tee -a "$extra"
     [ "${PIPESTATUS[0]}" = 0 ] || extrastatus=1
 done
 set -e

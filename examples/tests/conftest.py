@@ -5,7 +5,7 @@ The tests drive the real runsbx (``RUNSBX_BIN``, else ``runsbx`` on PATH)
 on the ``python`` image; from the repository's root, as root or as an
 unprivileged user::
 
-    RUNSBX_BIN=target/release/runsbx python3 -m pytest -v examples/tests
+    RUNSBX_BIN=target/x86_64-unknown-linux-gnu/release/runsbx python3 -m pytest -v examples/tests
 
 (``hack/examples-test.sh`` runs them as both.)
 """

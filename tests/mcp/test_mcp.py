@@ -6,7 +6,7 @@ tool list, structured results, tool errors, and that the sessions the server
 made are gone once the client has disconnected. hack/mcp-test.sh makes a
 virtualenv with the SDK and runs this as root and as an unprivileged user::
 
-    RUNSBX_BIN=target/release/runsbx python3 -m pytest -v tests/mcp
+    RUNSBX_BIN=target/x86_64-unknown-linux-gnu/release/runsbx python3 -m pytest -v tests/mcp
 
 A test that cannot run prints ``SKIP <reason>``; with CI=true it fails.
 """

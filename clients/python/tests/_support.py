@@ -4,7 +4,7 @@ a busybox rootfs, skips that fail under CI=true.
 The tests drive the real runsbx (``RUNSBX_BIN``, else ``runsbx`` on PATH);
 run them from the repository's root, as root or as an unprivileged user::
 
-    RUNSBX_BIN=target/release/runsbx python3 -m pytest -v clients/python/tests
+    RUNSBX_BIN=target/x86_64-unknown-linux-gnu/release/runsbx python3 -m pytest -v clients/python/tests
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ ENV_VAR = "RUNSBX_BIN"
 
 _HOW = (
     "install runsbx (from its repository, as root: `hack/quickstart.sh`, or "
-    "`cargo build --release && install target/release/runsbx /usr/local/bin/`), "
+    "`cargo build --release && "
+    "install target/x86_64-unknown-linux-gnu/release/runsbx /usr/local/bin/`), "
     "or point to the binary with binary='/path/to/runsbx' or the environment "
     f"variable {ENV_VAR}=/path/to/runsbx"
 )
