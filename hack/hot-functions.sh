@@ -26,9 +26,12 @@ out=target/hot-functions
 mkdir -p "$out"
 # The measuring build: the release profile, every function page-aligned.
 # `cargo rustc` gives the flag to the final crate's compiler, which
-# generates the code of every crate (the release profile's ThinLTO).
+# generates the code of every crate (the release profile's ThinLTO). The
+# C libraries linked in (glibc, libseccomp) are not compiled here: the
+# linker's map says which archive member each of their code's bytes
+# came from.
 CARGO_TARGET_DIR="$out/build" cargo rustc --release --quiet -p runsbx --bin runsbx -- \
-    -C llvm-args=-align-all-functions=12
+    -C llvm-args=-align-all-functions=12 -C link-arg=-Wl,-Map="$PWD/$out/runsbx.map"
 measuring=$out/build/x86_64-unknown-linux-gnu/release/runsbx
 "$measuring" image ls | grep -q '^python\b' || "$measuring" image build python
 
@@ -103,6 +106,6 @@ su "$user" -s /bin/sh -c "cd '$work/rootless' && '$copies/rootless' --root '$wor
     && '$copies/rootless' call -- /bin/true && '$copies/rootless' call --json -- /bin/true >/dev/null"
 pages rootless
 
-python3 hack/hot-functions.py list "$measuring" crates/runsbx/hot-functions.txt \
+python3 hack/hot-functions.py list "$measuring" "$out/runsbx.map" crates/runsbx/hot-functions.txt \
     run="$work/run.pages" runc="$work/runc.pages" call="$work/call.pages" \
     serve="$work/serve.pages" rootless="$work/rootless.pages"

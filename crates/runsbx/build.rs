@@ -11,10 +11,12 @@
 //! hot-functions.txt, beside this file, lists those functions (made by
 //! running the workloads: hack/hot-functions.sh) by their v0 symbols
 //! (`symbol-mangling-version` in .cargo/config.toml) with crate hashes as
-//! wildcards. This writes it as a linker script that puts their sections,
-//! in that order, in a `.text.hot` section inserted before `.text`: an
-//! addition to the linker's default layout, which rust-lld (the default
-//! linker here) and GNU ld both read.
+//! wildcards, and the code of the C libraries linked in (glibc,
+//! libseccomp) by archive member (`libc.a:malloc.o`), since C code has no
+//! section per function. This writes it as a linker script that puts their
+//! sections, in that order, in a `.text.hot` section inserted before
+//! `.text`: an addition to the linker's default layout, which rust-lld (the
+//! default linker here) and GNU ld both read.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -33,10 +35,17 @@ fn main() {
         .lines()
         .filter(|l| !l.is_empty() && !l.starts_with('#'))
     {
-        // A function LLVM marked cold is in `.text.unlikely.NAME`; a local
-        // one ThinLTO promoted has a `.llvm.N` suffix. No v0 symbol is the
-        // start of another's, so the trailing `*` matches only those.
-        let _ = writeln!(script, "    *(.text.{name}* .text.unlikely.{name}*)");
+        if let Some((archive, member)) = name.split_once(':') {
+            // All of the member's code: glibc's string functions have a
+            // section per CPU variant (`.text.avx2`, `.text.evex`).
+            let _ = writeln!(script, "    *{archive}:{member}(.text .text.*)");
+        } else {
+            // A function LLVM marked cold is in `.text.unlikely.NAME`; a
+            // local one ThinLTO promoted has a `.llvm.N` suffix. No v0
+            // symbol is the start of another's, so the trailing `*`
+            // matches only those.
+            let _ = writeln!(script, "    *(.text.{name}* .text.unlikely.{name}*)");
+        }
     }
     script.push_str("  }\n} INSERT BEFORE .text;\n");
     let out =
