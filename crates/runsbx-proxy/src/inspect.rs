@@ -264,19 +264,14 @@ pub async fn inspect(
     let mut status = None;
     let (end, client) =
         exchange(tls, up, &head, &buf[len..filled], body, &meter, &mut status).await;
+    let spent = end == RelayEnd::Budget;
     let outcome = Inspected::Forwarded {
         method,
         path,
         status,
         end,
     };
-    if matches!(
-        outcome,
-        Inspected::Forwarded {
-            end: RelayEnd::Budget,
-            ..
-        }
-    ) {
+    if spent {
         refused(&outcome);
     }
     // Only now may the client see its connection end.
