@@ -521,10 +521,11 @@ impl Effective {
             }
             None => report["attestation"] = serde_json::Value::Array(vec![entry]),
         }
-        // Written aside and renamed: a reader never sees half a report.
+        // Written aside and put in place in one step: a reader never sees
+        // half a report.
         let tmp = dir.join(format!(".{REPORT_FILE}.{}", std::process::id()));
         fs::write(&tmp, report.to_string())
-            .and_then(|()| fs::rename(&tmp, &path))
+            .and_then(|()| replace(&tmp, &path))
             .map_err(|e| {
                 let _ = fs::remove_file(&tmp);
                 RuntimeError::io(ctx("write"), e)
@@ -548,6 +549,25 @@ impl Effective {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(RuntimeError::io(format!("remove {dir:?}"), e)),
         }
+    }
+}
+
+/// Puts `new` in place of `path` in one step, and removes what `path`
+/// held. An existing file is exchanged with `new` (RENAME_EXCHANGE) rather
+/// than renamed over: ext4 writes out a file renamed over another at once
+/// (its `auto_da_alloc`), and then deleting the sandbox frees its blocks,
+/// each a synchronous discard where the filesystem is mounted with
+/// `discard`. Exchanged, the report stays in the page cache until the
+/// sandbox is deleted. (About 0.3 ms of a cold `run` whose state root is on
+/// such a disk.)
+fn replace(new: &Path, path: &Path) -> std::io::Result<()> {
+    use nix::fcntl::{renameat2, RenameFlags};
+    match renameat2(None, new, None, path, RenameFlags::RENAME_EXCHANGE) {
+        // `new` now holds the old report.
+        Ok(()) => fs::remove_file(new),
+        // No report yet, or a filesystem without RENAME_EXCHANGE.
+        Err(nix::Error::ENOENT | nix::Error::EINVAL) => fs::rename(new, path),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -577,5 +597,46 @@ mod tests {
             linux.set_seccomp(Some(unreported.clone()));
         }
         assert_eq!(Effective::seccomp(&dir, &spec).unwrap(), unreported);
+    }
+
+    #[test]
+    fn attesting_replaces_a_layer_and_leaves_only_the_report() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let layer = |detail: &str| runsbx_policy::Layer {
+            layer: "network_rechecked",
+            in_force: true,
+            detail: detail.to_owned(),
+        };
+        // No report yet: made.
+        Effective::attest(dir, &layer("checked at start: only lo")).unwrap();
+        fs::write(
+            dir.join(REPORT_FILE),
+            r#"{"attestation":[{"layer":"seccomp","in_force":true,"detail":"x"},
+                {"layer":"network_rechecked","in_force":true,"detail":"old"}]}"#,
+        )
+        .unwrap();
+        // An existing report: the layer of the same name replaced, the
+        // others kept.
+        Effective::attest(dir, &layer("checked at start: only lo")).unwrap();
+        let report = Effective::report(dir).unwrap();
+        let layers: Vec<(&str, &str)> = report["attestation"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| (l["layer"].as_str().unwrap(), l["detail"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            layers,
+            [
+                ("seccomp", "x"),
+                ("network_rechecked", "checked at start: only lo")
+            ]
+        );
+        let names: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [REPORT_FILE], "the old report is gone");
     }
 }
