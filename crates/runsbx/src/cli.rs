@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{ArgMatches, Args, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -51,7 +51,7 @@ pub struct Global {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run one command in a fresh sandbox (a tool call) and report how it went
-    Call(Box<crate::call_cmd::Call>),
+    Call(Box<Deferred<crate::call_cmd::Call>>),
     /// Print the hardened config.json a bundle would run with, what was
     /// changed and why, and the isolation layers in force (a dry run)
     Harden(Harden),
@@ -73,11 +73,13 @@ pub enum Command {
         cmd: crate::profile_cmd::ProfileCmd,
     },
     /// Serve the sandbox to an MCP client over stdio (docs/mcp.md)
-    Mcp(Box<crate::mcp::Mcp>),
-    Serve(Box<crate::serve::Serve>),
+    Mcp(Box<Deferred<crate::mcp::Mcp>>),
+    /// Keep sandboxes ready and serve tool calls from them (JSON Lines on
+    /// stdin/stdout, or on a unix socket); see docs/pool.md
+    Serve(Box<Deferred<crate::serve::Serve>>),
     /// One warm sandbox of `runsbx serve`'s pool (internal)
     #[command(hide = true)]
-    PoolWorker(Box<crate::call_cmd::Call>),
+    PoolWorker(Box<Deferred<crate::call_cmd::Call>>),
     #[command(flatten)]
     Standard(liboci_cli::StandardCmd),
     #[command(flatten)]
@@ -89,4 +91,94 @@ pub struct Harden {
     /// The bundle directory (with config.json)
     #[arg(long, short, default_value = ".")]
     pub bundle: PathBuf,
+}
+
+/// A subcommand's arguments, added to the command line only when that
+/// subcommand is the one given (clap's `Command::defer`). Every run of
+/// runsbx parses its command line, engines run it several times per
+/// container, and building the arguments of `call` (twice: `pool-worker`
+/// takes them too), `serve` and `mcp` was most of clap's work each time.
+#[derive(Debug)]
+pub struct Deferred<T>(pub T);
+
+impl<T: Args> Args for Deferred<T> {
+    fn augment_args(cmd: clap::Command) -> clap::Command {
+        cmd.defer(|cmd| keeping_about(cmd, T::augment_args))
+    }
+
+    fn augment_args_for_update(cmd: clap::Command) -> clap::Command {
+        cmd.defer(|cmd| keeping_about(cmd, T::augment_args_for_update))
+    }
+
+    fn group_id() -> Option<clap::Id> {
+        T::group_id()
+    }
+}
+
+impl<T: FromArgMatches> FromArgMatches for Deferred<T> {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        T::from_arg_matches(matches).map(Deferred)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        self.0.update_from_arg_matches(matches)
+    }
+}
+
+/// `augment` applied to `cmd`, whose description (the variant's doc
+/// comment, which `runsbx --help` lists) stays: the arguments' struct has
+/// its own, and deferred it would otherwise come last and win.
+fn keeping_about(cmd: clap::Command, augment: fn(clap::Command) -> clap::Command) -> clap::Command {
+    let about = cmd.get_about().cloned();
+    let long_about = cmd.get_long_about().cloned();
+    let cmd = augment(cmd);
+    let Some(about) = about else {
+        return cmd;
+    };
+    let cmd = cmd.about(about);
+    match long_about {
+        Some(long_about) => cmd.long_about(long_about),
+        None => cmd.long_about(None::<&str>),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn deferred_subcommands_parse_and_keep_their_descriptions() {
+        // clap's own checks, over every subcommand's arguments (deferred
+        // ones are built for it).
+        Cli::command().debug_assert();
+        let about = |name: &str, built: bool| {
+            let mut cmd = Cli::command();
+            if built {
+                cmd.build();
+            }
+            let sub = cmd.find_subcommand(name).unwrap();
+            sub.get_about().map(ToString::to_string)
+        };
+        // What `runsbx --help` lists (nothing built) and `runsbx call
+        // --help` shows (built): the variant's description, not its
+        // arguments' struct's.
+        for built in [false, true] {
+            assert_eq!(
+                about("call", built).as_deref(),
+                Some("Run one command in a fresh sandbox (a tool call) and report how it went")
+            );
+            assert!(about("serve", built).is_some_and(|a| a.starts_with("Keep sandboxes ready")));
+        }
+        let cli = Cli::try_parse_from(["runsbx", "call", "--image", "img", "--", "true"]).unwrap();
+        let call = match cli.command {
+            Command::Call(call) => call.0,
+            other => unreachable!("not a call: {other:?}"),
+        };
+        assert_eq!(call.sandbox.image.as_deref(), Some("img"));
+        assert_eq!(call.command, ["true"]);
+        let err = Cli::try_parse_from(["runsbx", "serve", "--size", "0"]).unwrap_err();
+        assert!(err.to_string().contains("--size"), "{err}");
+    }
 }

@@ -20,7 +20,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
     let root_path = cli.global.root.clone().unwrap_or_else(root::default_root);
     let root = || StateRoot::open(&root_path);
     match cli.command {
-        Command::Call(a) => return crate::call_cmd::run(&root()?, *a, cli.global.config.clone()),
+        Command::Call(a) => return crate::call_cmd::run(&root()?, a.0, cli.global.config.clone()),
         Command::Harden(a) => {
             let hardened = ops::harden_bundle(&a.bundle, cli.global.config.as_deref())?;
             print_json(&serde_json::json!({
@@ -33,13 +33,13 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Session { cmd } => return crate::session_cmd::run(cmd, cli.global.config.clone()),
         Command::Profile { cmd } => return crate::profile_cmd::run(cmd, cli.global.config.clone()),
         Command::Serve(a) => {
-            return crate::serve::run(*a, cli.global.root.clone(), cli.global.config.clone())
+            return crate::serve::run(a.0, cli.global.root.clone(), cli.global.config.clone())
         }
         Command::PoolWorker(a) => {
-            return crate::serve::worker(&root()?, *a, cli.global.config.clone())
+            return crate::serve::worker(&root()?, a.0, cli.global.config.clone())
         }
         Command::Mcp(a) => {
-            return crate::mcp::run(*a, cli.global.root.clone(), cli.global.config.clone())
+            return crate::mcp::run(a.0, cli.global.root.clone(), cli.global.config.clone())
         }
         Command::Check => {
             let findings = check::host();
