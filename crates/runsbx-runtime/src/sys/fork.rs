@@ -1,6 +1,7 @@
 //! The one way runsbx forks a helper of its own (the supervisor, a call's
-//! watchdog, a helper that enters a sandbox's network namespace, the
-//! holder of an idmapping user namespace).
+//! watchdog, a helper that enters a sandbox's network namespace). The
+//! holder of a new user namespace is cloned instead, sharing runsbx's
+//! memory (`Holder` in userns.rs).
 //!
 //! libcontainer requires runsbx to be single-threaded while it builds a
 //! container, and runsbx forks only then, so the child may run ordinary

@@ -311,7 +311,7 @@ pub fn remove(key: &str) -> Result<()> {
 }
 
 /// A user namespace whose ids 0..size are host ids base.., for
-/// mount_setattr(MOUNT_ATTR_IDMAP): a forked child unshares it, runsbx
+/// mount_setattr(MOUNT_ATTR_IDMAP): a child is cloned into it, runsbx
 /// writes its maps, keeps an fd to it, and lets the child go.
 fn userns_with(range: IdRange) -> Result<fs::File> {
     userns_mapping(&format!("0 {} {}", range.base, range.size))

@@ -278,7 +278,7 @@ pub(crate) fn rootless_ids() -> Option<runsbx_policy::RootlessIds> {
 /// subordinate ids). libcontainer 0.7 writes such maps only by running a
 /// `newuidmap` it finds on PATH, which cannot work inside a user
 /// namespace (the helper's set-user-id owner is unmapped there) and whose
-/// failure it ignores. Here a forked child unshares the namespace and
+/// failure it ignores. Here a child is cloned into a new namespace and
 /// runsbx, with CAP_SETUID and CAP_SETGID over its own namespace, writes
 /// its maps whole; the spec then joins it at the path it is held open at
 /// (`/proc/self/fd/N`, valid in libcontainer's cloned children), as a
@@ -343,33 +343,18 @@ fn has_additional_gids(spec: &Spec) -> bool {
 }
 
 /// A new user namespace with these maps (whole, in one write each): a
-/// forked child unshares it, runsbx writes its maps, keeps an fd to it,
-/// and lets the child go.
+/// child cloned into it waits while runsbx writes its maps and opens it
+/// ([`Holder`]), then is let go.
 pub(crate) fn with_maps(
     ctx: &str,
     uid_map: &str,
     gid_map: &str,
     deny_setgroups: bool,
 ) -> Result<fs::File> {
-    let pipe = || nix::unistd::pipe().map_err(|e| RuntimeError::sys(ctx, e));
-    let (ready_r, ready_w) = pipe()?;
-    let (done_r, done_w) = pipe()?;
-    // The child holds only its own ends, or the reads never end.
-    let child = fork::child(ctx, &[ready_r.as_fd(), done_w.as_fd()], || {
-        let ok = unshare(CloneFlags::CLONE_NEWUSER).is_ok();
-        let _ = nix::unistd::write(&ready_w, &[u8::from(ok)]);
-        let mut b = [0u8; 1];
-        let _ = nix::unistd::read(done_r.as_raw_fd(), &mut b);
-        0
-    })?;
-    drop(ready_w);
-    drop(done_r);
-    let mut b = [0u8; 1];
+    let holder = Holder::clone()
+        .map_err(|e| RuntimeError::sys(format!("{ctx}: clone a process into it"), e))?;
+    let child = holder.pid;
     let result = (|| {
-        nix::unistd::read(ready_r.as_raw_fd(), &mut b).map_err(|e| (String::new(), e))?;
-        if b[0] != 1 {
-            return Err(("unshare(CLONE_NEWUSER)".to_owned(), nix::Error::EPERM));
-        }
         let write = |file: &str, text: &str| {
             fs::write(format!("/proc/{child}/{file}"), text)
                 .map_err(|e| (format!("write {file} {text:?}"), io_errno(e)))
@@ -382,16 +367,133 @@ pub(crate) fn with_maps(
         fs::File::open(format!("/proc/{child}/ns/user"))
             .map_err(|e| ("open its ns/user".to_owned(), io_errno(e)))
     })();
-    drop(done_w);
-    let _ = nix::sys::wait::waitpid(child, None);
-    result.map_err(|(step, e)| {
-        let what = if step.is_empty() {
-            ctx.to_owned()
-        } else {
-            format!("{ctx}: {step}")
+    drop(holder);
+    result.map_err(|(step, e)| RuntimeError::sys(format!("{ctx}: {step}"), e))
+}
+
+/// A process born in a new user namespace that only waits until it is
+/// dropped, so that the namespace's maps can be written and an fd to it
+/// opened.
+///
+/// It is cloned with CLONE_VM: it shares runsbx's memory, so making it
+/// copies nothing. A forked holder copied runsbx's page tables, then took
+/// them down again, and runsbx faulted once more on every page it wrote
+/// after: 0.4-0.5 ms of each cold run or call (`perf trace`: the fork 0.31
+/// ms, the wait for its exit 0.17 ms). Sharing memory, the child may
+/// only make system calls: it runs on a stack of its own ([`Stack`]),
+/// allocates nothing, and has every signal blocked from its first
+/// instruction, so no handler of runsbx's runs in it.
+struct Holder {
+    pid: Pid,
+    /// Closing it lets the child go.
+    release: Option<OwnedFd>,
+    /// What the child reads; both outlive it (dropped after the wait).
+    _fds: Box<[libc::c_int; 2]>,
+    _stack: Stack,
+}
+
+impl Holder {
+    fn clone() -> nix::Result<Self> {
+        use nix::sys::signal::{SigSet, SigmaskHow};
+        let (wait_r, wait_w) = nix::unistd::pipe()?;
+        let mut fds = Box::new([wait_r.as_raw_fd(), wait_w.as_raw_fd()]);
+        let stack = Stack::new()?;
+        let before = SigSet::all().thread_swap_mask(SigmaskHow::SIG_BLOCK)?;
+        // SAFETY: `hold` makes only system calls, on `stack`, and reads
+        // `fds`; both live until the child has been waited for (Drop).
+        // Without CLONE_FILES the child has its own copy of the fd table.
+        let pid = unsafe {
+            libc::clone(
+                hold,
+                stack.top(),
+                libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD,
+                fds.as_mut_ptr().cast(),
+            )
         };
-        RuntimeError::sys(what, e)
-    })
+        let restored = before.thread_set_mask();
+        drop(wait_r);
+        // Made before anything else can fail: from here on, dropping it
+        // waits for the child before its stack goes.
+        let holder = Holder {
+            pid: Pid::from_raw(nix::errno::Errno::result(pid)?),
+            release: Some(wait_w),
+            _fds: fds,
+            _stack: stack,
+        };
+        restored?;
+        Ok(holder)
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        drop(self.release.take());
+        let _ = nix::sys::wait::waitpid(self.pid, None);
+    }
+}
+
+/// The holder's body: closes its copy of the pipe's write end, then waits
+/// for runsbx to close its own. glibc's `clone` exits with what it
+/// returns.
+extern "C" fn hold(fds: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `fds` is the holder's pair, alive until this child is
+    // reaped; raw system calls only (see [`Holder`]).
+    unsafe {
+        let [wait_r, wait_w] = *fds.cast::<[libc::c_int; 2]>();
+        libc::syscall(libc::SYS_close, wait_w);
+        let mut byte = 0u8;
+        libc::syscall(libc::SYS_read, wait_r, std::ptr::addr_of_mut!(byte), 1);
+    }
+    0
+}
+
+/// A small stack for [`hold`], with a guard page below it.
+struct Stack {
+    base: std::ptr::NonNull<libc::c_void>,
+}
+
+impl Stack {
+    const GUARD: usize = 4096;
+    const SIZE: usize = 64 * 1024;
+
+    fn new() -> nix::Result<Self> {
+        // SAFETY: a fresh anonymous mapping, unmapped only by Drop.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                Self::GUARD + Self::SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(nix::errno::Errno::last());
+        }
+        let stack = Stack {
+            base: std::ptr::NonNull::new(base).ok_or(nix::errno::Errno::ENOMEM)?,
+        };
+        // SAFETY: the mapping's first page.
+        nix::errno::Errno::result(unsafe {
+            libc::mprotect(stack.base.as_ptr(), Self::GUARD, libc::PROT_NONE)
+        })?;
+        Ok(stack)
+    }
+
+    /// Where the stack starts (it grows down), 16-byte aligned.
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of the mapping.
+        unsafe { self.base.as_ptr().byte_add(Self::GUARD + Self::SIZE) }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, no longer used (the child has
+        // been reaped: Holder's fields drop after its wait).
+        unsafe { libc::munmap(self.base.as_ptr(), Self::GUARD + Self::SIZE) };
+    }
 }
 
 fn io_errno(e: std::io::Error) -> nix::Error {
