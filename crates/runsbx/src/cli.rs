@@ -80,6 +80,10 @@ pub enum Command {
     /// One warm sandbox of `runsbx serve`'s pool (internal)
     #[command(hide = true)]
     PoolWorker(Box<Deferred<crate::call_cmd::Call>>),
+    /// A call's watchdog, cleaning up after the call's runsbx died
+    /// (internal; runsbx_runtime::call::ABANDON_CALL)
+    #[command(hide = true)]
+    AbandonCall { id: String },
     #[command(flatten)]
     Standard(liboci_cli::StandardCmd),
     #[command(flatten)]
@@ -178,6 +182,16 @@ mod tests {
         };
         assert_eq!(call.sandbox.image.as_deref(), Some("img"));
         assert_eq!(call.command, ["true"]);
+        // The name a call's watchdog execs runsbx with.
+        let cli = Cli::try_parse_from([
+            "runsbx",
+            "--root",
+            "/r",
+            runsbx_runtime::call::ABANDON_CALL,
+            "call-1",
+        ])
+        .unwrap();
+        assert!(matches!(cli.command, Command::AbandonCall { id } if id == "call-1"));
         let err = Cli::try_parse_from(["runsbx", "serve", "--size", "0"]).unwrap_err();
         assert!(err.to_string().contains("--size"), "{err}");
     }

@@ -38,6 +38,9 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::PoolWorker(a) => {
             return crate::serve::worker(&root()?, a.0, cli.global.config.clone())
         }
+        Command::AbandonCall { id } => {
+            return Ok(runsbx_runtime::call::abandon_call(&root()?, &id))
+        }
         Command::Mcp(a) => {
             return crate::mcp::run(a.0, cli.global.root.clone(), cli.global.config.clone())
         }

@@ -665,6 +665,21 @@ fn killed_call_is_swept_by_the_next(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, killed_call_is_swept_by_the_next: sigkill_as_root, sigkill_rootless);
 
+/// With no other runsbx started after it, a call killed with SIGKILL is
+/// cleaned up by its own watchdog (cloned sharing the call's memory, it
+/// execs `runsbx abandon-call` once the call is gone).
+fn killed_call_is_cleaned_by_its_watchdog(fx: Fixture) {
+    let m = marker(&fx, 8);
+    let mut child = sleeping_call(&fx, &m);
+    kit::wait_until("the call's sleep to run", Duration::from_secs(20), || {
+        sleeping(&m)
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    clean_soon(&fx, &m);
+}
+as_root_and_rootless!(RUNSBX, killed_call_is_cleaned_by_its_watchdog: watchdog_as_root, watchdog_rootless);
+
 /// A call of `sleep MARKER` in the background, its output discarded.
 fn sleeping_call(fx: &Fixture, marker: &str) -> std::process::Child {
     let mut cmd = fx.cmd(["call", "--json", "--rootfs"]);

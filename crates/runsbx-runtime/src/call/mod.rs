@@ -45,7 +45,7 @@ pub use result::{
     CallError, CallResult, EgressReport, LearnReport, Limits, SessionReport, Status, Tails, SCHEMA,
 };
 pub use runsbx_proxy::{Host as SecretHost, Secret};
-pub use sweep::sweep;
+pub use sweep::{abandon_call, sweep, ABANDON_CALL};
 pub use warm::Hold;
 
 use crate::error::{Result, RuntimeError};

@@ -1,7 +1,7 @@
-//! The one way runsbx forks a helper of its own (the supervisor, a call's
-//! watchdog, a helper that enters a sandbox's network namespace). The
-//! holder of a new user namespace is cloned instead, sharing runsbx's
-//! memory (`Holder` in userns.rs).
+//! The one way runsbx forks a helper of its own (the supervisor, a helper
+//! that enters a sandbox's network namespace). Helpers that only wait (the
+//! holder of a new user namespace, a call's watchdog) are cloned sharing
+//! runsbx's memory instead (vm_child.rs).
 //!
 //! libcontainer requires runsbx to be single-threaded while it builds a
 //! container, and runsbx forks only then, so the child may run ordinary

@@ -1,7 +1,8 @@
 //! Kernel mechanisms, one module each: runsbx's own user namespace, the
 //! cgroup shadow, network namespaces and rtnetlink, the fd mount API, the
-//! staged rootfs and an engine's overlay rebuilt over idmapped layers, processes, signals, and what this process
-//! may do on this host.
+//! staged rootfs and an engine's overlay rebuilt over idmapped layers,
+//! processes (and helpers that share runsbx's memory), signals, and what
+//! this process may do on this host.
 
 pub mod beneath;
 pub mod cgroup_attach;
@@ -20,3 +21,4 @@ pub mod signal;
 pub mod sock_diag;
 pub mod stage;
 pub mod userns;
+pub mod vm_child;

@@ -14,7 +14,7 @@ use nix::sched::{unshare, CloneFlags};
 use nix::unistd::{Gid, Pid, Uid};
 
 use crate::error::{Result, RuntimeError};
-use crate::sys::{fork, privilege};
+use crate::sys::{fork, privilege, vm_child};
 
 /// Set on the re-executed runsbx: the uid and gid it ran as before it made
 /// its own user namespace, so that the spec's id mappings can be rewritten.
@@ -373,55 +373,35 @@ pub(crate) fn with_maps(
 
 /// A process born in a new user namespace that only waits until it is
 /// dropped, so that the namespace's maps can be written and an fd to it
-/// opened.
-///
-/// It is cloned with CLONE_VM: it shares runsbx's memory, so making it
-/// copies nothing. A forked holder copied runsbx's page tables, then took
-/// them down again, and runsbx faulted once more on every page it wrote
-/// after: 0.4-0.5 ms of each cold run or call (`perf trace`: the fork 0.31
-/// ms, the wait for its exit 0.17 ms). Sharing memory, the child may
-/// only make system calls: it runs on a stack of its own ([`Stack`]),
-/// allocates nothing, and has every signal blocked from its first
-/// instruction, so no handler of runsbx's runs in it.
+/// opened. It shares runsbx's memory (sys/vm_child.rs): a forked holder
+/// cost 0.4-0.5 ms of every cold run or call (`perf trace`: the fork 0.31
+/// ms, the wait for its exit 0.17 ms, and the faults after).
 struct Holder {
     pid: Pid,
     /// Closing it lets the child go.
     release: Option<OwnedFd>,
     /// What the child reads; both outlive it (dropped after the wait).
     _fds: Box<[libc::c_int; 2]>,
-    _stack: Stack,
+    _stack: vm_child::Stack,
 }
 
 impl Holder {
     fn clone() -> nix::Result<Self> {
-        use nix::sys::signal::{SigSet, SigmaskHow};
         let (wait_r, wait_w) = nix::unistd::pipe()?;
         let mut fds = Box::new([wait_r.as_raw_fd(), wait_w.as_raw_fd()]);
-        let stack = Stack::new()?;
-        let before = SigSet::all().thread_swap_mask(SigmaskHow::SIG_BLOCK)?;
-        // SAFETY: `hold` makes only system calls, on `stack`, and reads
-        // `fds`; both live until the child has been waited for (Drop).
-        // Without CLONE_FILES the child has its own copy of the fd table.
-        let pid = unsafe {
-            libc::clone(
-                hold,
-                stack.top(),
-                libc::CLONE_VM | libc::CLONE_NEWUSER | libc::SIGCHLD,
-                fds.as_mut_ptr().cast(),
-            )
-        };
-        let restored = before.thread_set_mask();
+        let stack = vm_child::Stack::new()?;
+        // SAFETY: `hold` makes only raw system calls and reads `fds`, which
+        // lives with `stack` until the child is reaped (Drop). Without
+        // CLONE_FILES the child has its own copy of the fd table.
+        let pid =
+            unsafe { vm_child::spawn(libc::CLONE_NEWUSER, hold, fds.as_mut_ptr().cast(), &stack) }?;
         drop(wait_r);
-        // Made before anything else can fail: from here on, dropping it
-        // waits for the child before its stack goes.
-        let holder = Holder {
-            pid: Pid::from_raw(nix::errno::Errno::result(pid)?),
+        Ok(Holder {
+            pid,
             release: Some(wait_w),
             _fds: fds,
             _stack: stack,
-        };
-        restored?;
-        Ok(holder)
+        })
     }
 }
 
@@ -433,67 +413,28 @@ impl Drop for Holder {
 }
 
 /// The holder's body: closes its copy of the pipe's write end, then waits
-/// for runsbx to close its own. glibc's `clone` exits with what it
-/// returns.
+/// for runsbx to close its own.
 extern "C" fn hold(fds: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `fds` is the holder's pair, alive until this child is
-    // reaped; raw system calls only (see [`Holder`]).
+    // reaped; raw system calls only (sys/vm_child.rs).
     unsafe {
         let [wait_r, wait_w] = *fds.cast::<[libc::c_int; 2]>();
-        libc::syscall(libc::SYS_close, wait_w);
+        vm_child::syscall(libc::SYS_close, [wait_w as usize, 0, 0, 0, 0, 0]);
         let mut byte = 0u8;
-        libc::syscall(libc::SYS_read, wait_r, std::ptr::addr_of_mut!(byte), 1);
+        // Every signal is blocked: nothing interrupts the read.
+        vm_child::syscall(
+            libc::SYS_read,
+            [
+                wait_r as usize,
+                std::ptr::addr_of_mut!(byte) as usize,
+                1,
+                0,
+                0,
+                0,
+            ],
+        );
     }
     0
-}
-
-/// A small stack for [`hold`], with a guard page below it.
-struct Stack {
-    base: std::ptr::NonNull<libc::c_void>,
-}
-
-impl Stack {
-    const GUARD: usize = 4096;
-    const SIZE: usize = 64 * 1024;
-
-    fn new() -> nix::Result<Self> {
-        // SAFETY: a fresh anonymous mapping, unmapped only by Drop.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                Self::GUARD + Self::SIZE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-                -1,
-                0,
-            )
-        };
-        if base == libc::MAP_FAILED {
-            return Err(nix::errno::Errno::last());
-        }
-        let stack = Stack {
-            base: std::ptr::NonNull::new(base).ok_or(nix::errno::Errno::ENOMEM)?,
-        };
-        // SAFETY: the mapping's first page.
-        nix::errno::Errno::result(unsafe {
-            libc::mprotect(stack.base.as_ptr(), Self::GUARD, libc::PROT_NONE)
-        })?;
-        Ok(stack)
-    }
-
-    /// Where the stack starts (it grows down), 16-byte aligned.
-    fn top(&self) -> *mut libc::c_void {
-        // SAFETY: one past the end of the mapping.
-        unsafe { self.base.as_ptr().byte_add(Self::GUARD + Self::SIZE) }
-    }
-}
-
-impl Drop for Stack {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `new`, no longer used (the child has
-        // been reaped: Holder's fields drop after its wait).
-        unsafe { libc::munmap(self.base.as_ptr(), Self::GUARD + Self::SIZE) };
-    }
 }
 
 fn io_errno(e: std::io::Error) -> nix::Error {
