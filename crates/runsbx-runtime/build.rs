@@ -13,6 +13,7 @@ use std::process::{exit, Command};
 
 fn main() {
     println!("cargo::rerun-if-changed=stub/main.rs");
+    println!("cargo::rerun-if-changed=stub/syscall.rs");
     let out = PathBuf::from(std::env::var_os("OUT_DIR").unwrap_or_default()).join("runsbx-stub");
     let target = std::env::var("TARGET").unwrap_or_default();
     if target != "x86_64-unknown-linux-gnu" && target != "x86_64-unknown-linux-musl" {

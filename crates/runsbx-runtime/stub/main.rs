@@ -77,31 +77,8 @@ global_asm!(
     main = sym main,
 );
 
-/// A raw system call; returns the result or `-errno`.
-///
-/// # Safety
-/// The arguments must be what system call `n` takes.
-unsafe fn syscall(n: usize, a: [usize; 6]) -> isize {
-    let ret: isize;
-    // SAFETY: the caller passes what the call takes; `syscall` clobbers
-    // only rcx and r11.
-    unsafe {
-        asm!(
-            "syscall",
-            inlateout("rax") n as isize => ret,
-            in("rdi") a[0],
-            in("rsi") a[1],
-            in("rdx") a[2],
-            in("r10") a[3],
-            in("r8") a[4],
-            in("r9") a[5],
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-    }
-    ret
-}
+mod syscall;
+use syscall::syscall;
 
 fn exit(code: usize) -> ! {
     // SAFETY: exit_group takes a status and does not return.

@@ -26,31 +26,30 @@ use std::ptr::NonNull;
 use nix::errno::Errno;
 use nix::unistd::Pid;
 
+#[cfg(target_arch = "x86_64")]
+#[path = "../../stub/syscall.rs"]
+mod raw;
+
 /// A raw system call; returns the result or `-errno`.
 ///
 /// # Safety
 /// The arguments must be what system call `n` takes.
-#[cfg(target_arch = "x86_64")]
 pub(crate) unsafe fn syscall(n: libc::c_long, a: [usize; 6]) -> isize {
-    let ret: isize;
-    // SAFETY: the caller passes what the call takes; `syscall` clobbers
-    // only rcx and r11, and no stack is used.
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: as the caller promises.
+    return unsafe { raw::syscall(n as usize, a) };
+    // Elsewhere through libc's syscall(), which on a failure writes errno,
+    // the creating thread's: a failure's errno may then be another's (the
+    // helpers treat every failure of theirs alike, and runsbx's own calls
+    // read errno right after theirs).
+    #[cfg(not(target_arch = "x86_64"))]
+    // SAFETY: as the caller promises.
     unsafe {
-        std::arch::asm!(
-            "syscall",
-            inlateout("rax") n as isize => ret,
-            in("rdi") a[0],
-            in("rsi") a[1],
-            in("rdx") a[2],
-            in("r10") a[3],
-            in("r8") a[4],
-            in("r9") a[5],
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
+        match libc::syscall(n, a[0], a[1], a[2], a[3], a[4], a[5]) {
+            -1 => -(*libc::__errno_location() as isize),
+            r => r as isize,
+        }
     }
-    ret
 }
 
 /// Clones a child into `flags` (besides CLONE_VM and SIGCHLD) that runs
