@@ -651,12 +651,7 @@ as_root_and_rootless!(RUNSBX, interrupted_call_cleans_up: sigterm_as_root, sigte
 
 fn killed_call_is_swept_by_the_next(fx: Fixture) {
     let m = marker(&fx, 5);
-    let mut child = sleeping_call(&fx, &m);
-    kit::wait_until("the call's sleep to run", Duration::from_secs(20), || {
-        sleeping(&m)
-    });
-    child.kill().unwrap();
-    child.wait().unwrap();
+    kill_while_sleeping(&fx, &m);
     // The call's watchdog (or else the next call) removes what it left;
     // the watchdog works on its own time, so this waits for it.
     let (out, _) = call(&fx, &[], &["true"]);
@@ -670,15 +665,20 @@ as_root_and_rootless!(RUNSBX, killed_call_is_swept_by_the_next: sigkill_as_root,
 /// execs `runsbx abandon-call` once the call is gone).
 fn killed_call_is_cleaned_by_its_watchdog(fx: Fixture) {
     let m = marker(&fx, 8);
-    let mut child = sleeping_call(&fx, &m);
-    kit::wait_until("the call's sleep to run", Duration::from_secs(20), || {
-        sleeping(&m)
-    });
-    child.kill().unwrap();
-    child.wait().unwrap();
+    kill_while_sleeping(&fx, &m);
     clean_soon(&fx, &m);
 }
 as_root_and_rootless!(RUNSBX, killed_call_is_cleaned_by_its_watchdog: watchdog_as_root, watchdog_rootless);
+
+/// SIGKILLs a call of `sleep MARKER` once its sleep runs.
+fn kill_while_sleeping(fx: &Fixture, marker: &str) {
+    let mut child = sleeping_call(fx, marker);
+    kit::wait_until("the call's sleep to run", Duration::from_secs(20), || {
+        sleeping(marker)
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
 
 /// A call of `sleep MARKER` in the background, its output discarded.
 fn sleeping_call(fx: &Fixture, marker: &str) -> std::process::Child {
