@@ -5,9 +5,9 @@
 //! child exits, and in between makes runsbx fault on every page it writes.
 //! For a helper that only waits, that was most of its cost: 0.4-0.5 ms of
 //! a cold run for the holder, about 0.75 ms of a call for the watchdog
-//! (alternating rounds of 30 calls, forked against cloned). A child cloned with
-//! CLONE_VM costs none of it, but it runs in runsbx's address space beside
-//! runsbx's own threads, so it may only:
+//! (alternating rounds of 30 calls, forked against cloned). A child cloned
+//! with CLONE_VM costs none of it, but it runs in runsbx's address space
+//! beside runsbx's own threads, so it may only:
 //!
 //! - run on the stack it is given ([`Stack`]), with a guard page below;
 //! - read what runsbx prepared for it and keeps until it is reaped;
@@ -80,9 +80,9 @@ pub(crate) unsafe fn spawn(
     let restored = before.thread_set_mask();
     let pid = pid?;
     restored.map(|()| Pid::from_raw(pid)).inspect_err(|_| {
-        // Not reachable in practice (the mask was set a moment ago); the
-        // child is still the caller's to reap, as the pid it is not given
-        // would otherwise leave a zombie and a stack still in use.
+        // Not reachable in practice (the mask was set a moment ago). The
+        // caller gets no pid to reap, so the child is killed and reaped
+        // here rather than left a zombie with its stack still in use.
         let _ = nix::sys::signal::kill(Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
     })
