@@ -94,10 +94,6 @@ pub(crate) struct Stack {
     base: NonNull<c_void>,
 }
 
-// SAFETY: the mapping is owned by this value alone; only its address is
-// shared, with the child it is given to.
-unsafe impl Send for Stack {}
-
 impl Stack {
     const GUARD: usize = 4096;
     const SIZE: usize = 64 * 1024;
