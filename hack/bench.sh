@@ -179,16 +179,16 @@ done
 # --- The state roots above are in /tmp, on this host's root filesystem.
 # On these VMs that is an ext4 without a journal, mounted with `discard`,
 # where making and removing files waits for the disk: a block a file or
-# directory frees (a state file rewritten or removed, a directory
-# removed) is discarded synchronously, and new inodes' tables are read
-# back. A `runsbx call` there issued 11 discards, 4 writes and 38 reads
-# (block:block_rq_issue), against 3 discards and 1 read with its state
-# root on a tmpfs. A standard host keeps /run, where each runtime's
-# default state root is, on a tmpfs. So again with the state roots on a
-# tmpfs: `run` back to back for runsbx and crun, and the call alternating
-# with the one above.
+# directory frees (a directory removed, a file ext4 wrote out at once) is
+# discarded synchronously. A `runsbx call` there issues 10 discards and 3
+# writes (block:block_rq_issue), against 3 discards with its state root
+# on a tmpfs. A standard host keeps /run, where each runtime's default
+# state root is, on a tmpfs. So again with the state roots on a tmpfs:
+# `run` back to back for runsbx and crun, and the call alternating with
+# the one above.
+work_fs=$(findmnt -no FSTYPE -T "$work")
 echo
-echo "state roots on a tmpfs instead of /tmp's $(findmnt -no FSTYPE -T "$work") (median, ms)"
+echo "state roots on a tmpfs instead of /tmp's $work_fs (median, ms)"
 declare -A on_tmpfs
 for rt in "$runsbx" "$(command -v crun)"; do
     name=$(basename "$rt")
@@ -199,7 +199,7 @@ printf '  run /bin/true    runsbx %8s   crun %8s   runsbx/crun = %.2f\n' \
     "$(awk -v a="${on_tmpfs[runsbx]}" -v b="${on_tmpfs[crun]}" 'BEGIN{print a/b}')"
 read -r tmpfs_ms disk_ms < <(median_alternating_ms runsbx-tmpfs runsbx /bin/true)
 printf '  call /bin/true   tmpfs %8s   %s %8s   tmpfs/bwrap = %.2f\n' "$tmpfs_ms" \
-    "$(findmnt -no FSTYPE -T "$work")" "$disk_ms" "$(awk -v a="$tmpfs_ms" -v b="${bwrap_ms[/bin/true]}" 'BEGIN{print a/b}')"
+    "$work_fs" "$disk_ms" "$(awk -v a="$tmpfs_ms" -v b="${bwrap_ms[/bin/true]}" 'BEGIN{print a/b}')"
 
 # per_second N TOOL: calls of `python3 -c pass` finished per second with N
 # running at once (4 * N calls in all).
