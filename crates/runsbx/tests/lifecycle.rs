@@ -701,10 +701,10 @@ fn exec_gets_seccomp_and_rlimits(fx: Fixture) {
     });
     fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"])
         .ok();
-    let out = fx.run(["exec", "c1", "sh", "-c", "grep '^Seccomp:' /proc/self/status; ulimit -n; probe syscalls | grep -E 'unshare_user|^mount'"]);
+    let out = fx.run(["exec", "c1", "sh", "-c", "grep '^Seccomp:' /proc/self/status; ulimit -n; probe syscalls | grep -E 'unshare_user|clone_user |^mount'"]);
     assert_eq!(out.code, 0, "{out:?}");
     assert_eq!(
-        out.stdout, "Seccomp:\t2\n77\nmount EPERM\nunshare_user EPERM\n",
+        out.stdout, "Seccomp:\t2\n77\nmount EPERM\nunshare_user EPERM\nclone_user EPERM\n",
         "{out:?}"
     );
     fx.run(["delete", "--force", "c1"]).ok();

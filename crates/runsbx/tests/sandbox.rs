@@ -25,43 +25,62 @@ fn token() -> String {
 }
 
 fn layers_in_force(fx: Fixture) {
-    let b = fx.bundle(
-        "b",
-        &["sh", "-c", "probe status; probe lo; probe syscalls"],
-        |_| {},
-    );
-    let out = fx.run(["run", "--bundle", b.to_str().unwrap(), "c1"]);
-    assert_eq!(out.code, 0, "{out:?}");
-    kit::assert_hardened(&out);
-    // Every forbidden syscall was tried, and refused with EPERM.
-    for name in [
-        "mount",
-        "unshare_user",
-        "unshare_net",
-        "setns",
-        "ptrace_attach",
-        "process_vm_readv",
-        "bpf",
-        "io_uring_setup",
-        "perf_event_open",
-        "userfaultfd",
-        "keyctl",
-        "add_key",
-        "init_module",
-        "kexec_load",
-        "open_by_handle_at",
-        "socket_packet",
-        "socket_netlink",
-        "socket_vsock",
-        "socket_alg",
-        "socket_raw_inet",
-        "tiocsti",
-    ] {
-        let want = format!("{name} EPERM");
-        assert!(
-            out.stdout.lines().any(|l| l == want),
-            "{want:?} missing: {out:?}"
+    // runsbx installs the filter itself, but where a startContainer hook
+    // runs in the sandbox: libcontainer does then (sandbox/seal.rs).
+    let config = kit::operator_config(fx.dir.path(), "hooked", "name = \"hooked\"\nhooks = true\n");
+    let hooks = [
+        json!(null),
+        json!({"startContainer": [{"path": "/bin/true"}]}),
+    ];
+    for (i, hooks) in hooks.into_iter().enumerate() {
+        let b = fx.bundle(
+            &format!("b{i}"),
+            &["sh", "-c", "probe status; probe lo; probe syscalls"],
+            |spec| spec["hooks"] = hooks,
         );
+        let out = fx.run([
+            "--config",
+            config.to_str().unwrap(),
+            "run",
+            "--bundle",
+            b.to_str().unwrap(),
+            "c1",
+        ]);
+        assert_eq!(out.code, 0, "hooks {i}: {out:?}");
+        kit::assert_hardened(&out);
+        // Every forbidden syscall was tried, and refused with EPERM;
+        // clone(2) with namespace flags as unshare(2) is.
+        for name in [
+            "mount",
+            "unshare_user",
+            "unshare_net",
+            "clone_user",
+            "clone_user_net",
+            "setns",
+            "ptrace_attach",
+            "process_vm_readv",
+            "bpf",
+            "io_uring_setup",
+            "perf_event_open",
+            "userfaultfd",
+            "keyctl",
+            "add_key",
+            "init_module",
+            "kexec_load",
+            "open_by_handle_at",
+            "socket_packet",
+            "socket_netlink",
+            "socket_vsock",
+            "socket_alg",
+            "socket_raw_inet",
+            "tiocsti",
+        ] {
+            let want = format!("{name} EPERM");
+            assert!(
+                out.stdout.lines().any(|l| l == want),
+                "hooks {i}: {want:?} missing: {out:?}"
+            );
+        }
     }
     fx.assert_clean();
 }

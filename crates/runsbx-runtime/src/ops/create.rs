@@ -252,8 +252,10 @@ fn build_from(
     // reads (it would compile it again), but in the effective bundle's
     // record of it, which exec reads; it is back in the spec returned.
     let sealed = seal(root, &mut spec)?;
+    let compiled_by_libcontainer = libcontainer_compiles(&mut spec)?;
     let effective = bundle::Effective::write(root, id, &source.dir, &spec, &report)?;
-    if let Some((seccomp, _)) = &sealed {
+    let filter = sealed.as_ref().map(|(seccomp, _)| seccomp);
+    if let Some(seccomp) = filter.or(compiled_by_libcontainer.as_ref()) {
         bundle::Effective::record_seccomp(root, id, seccomp)?;
     }
     if let Some(workspace) = req.workspace {
@@ -296,7 +298,10 @@ fn build_from(
     drop(view);
     drop(_inherited);
     effective.without_init_groups(&spec)?;
-    if let Some((seccomp, _)) = sealed {
+    if let Some(seccomp) = sealed
+        .map(|(seccomp, _)| seccomp)
+        .or(compiled_by_libcontainer)
+    {
         if let Some(linux) = spec.linux_mut() {
             linux.set_seccomp(Some(seccomp));
         }
@@ -590,6 +595,22 @@ fn seal(root: &StateRoot, spec: &mut Spec) -> Result<Option<(LinuxSeccomp, Seali
     let program = crate::sys::seccomp::Program::of(&seccomp, root.path())?;
     let listener = seccomp.listener_path().clone();
     Ok(Some((seccomp, Sealing { program, listener })))
+}
+
+/// Where libcontainer installs `spec`'s filter (runsbx does not: see
+/// [`seal`]), puts it in `spec` in the form libcontainer 0.7 compiles as
+/// the runtime spec means it (see sys/seccomp.rs), and returns it as it
+/// was: it is recorded beside the effective config.json for exec, and is
+/// the spec's again once the sandbox is built.
+fn libcontainer_compiles(spec: &mut Spec) -> Result<Option<LinuxSeccomp>> {
+    let Some(linux) = spec.linux_mut() else {
+        return Ok(None);
+    };
+    let Some(meant) = linux.seccomp().clone() else {
+        return Ok(None);
+    };
+    linux.set_seccomp(Some(crate::sys::seccomp::libcontainer_operands(&meant)?));
+    Ok(Some(meant))
 }
 
 /// `tmpcopyup`: each tmpfs that asked for it gets the image's content at

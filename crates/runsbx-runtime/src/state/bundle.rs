@@ -442,15 +442,21 @@ impl Effective {
     }
 
     /// The seccomp filter of the sandbox whose effective bundle is `dir`
-    /// and `spec`: config.json's, or the one recorded beside it. A
-    /// hardened sandbox always has one: none is an error, never a
-    /// process without a filter.
+    /// and `spec`: the one recorded beside config.json (config.json has
+    /// none, or has it in the form libcontainer compiles), or else
+    /// config.json's. A hardened sandbox always has one: none is an
+    /// error, never a process without a filter.
     pub fn seccomp(dir: &Path, spec: &Spec) -> Result<LinuxSeccomp> {
-        if let Some(seccomp) = spec.linux().as_ref().and_then(|l| l.seccomp().clone()) {
-            return Ok(seccomp);
-        }
         let path = dir.join(SECCOMP_FILE);
-        let text = fs::read(&path).map_err(|e| {
+        let recorded = fs::read(&path);
+        if let Err(e) = &recorded {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                if let Some(seccomp) = spec.linux().as_ref().and_then(|l| l.seccomp().clone()) {
+                    return Ok(seccomp);
+                }
+            }
+        }
+        let text = recorded.map_err(|e| {
             RuntimeError::io(
                 format!(
                     "read the sandbox's seccomp filter {path:?} (its config.json has none; \

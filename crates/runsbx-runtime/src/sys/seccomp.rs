@@ -8,8 +8,9 @@
 //! caller waits. runsbx's filters are few (one per profile, with or
 //! without a listener), so a create reads its program from
 //! `<root>/@seccomp/` instead, compiled by the first create that needed
-//! it, with the same libseccomp and the same translation as libcontainer
-//! 0.7's `initialize_seccomp`.
+//! it, with the same libseccomp, rule by rule as libcontainer 0.7's
+//! `initialize_seccomp` adds them but each argument comparison as the
+//! runtime spec means it (see [`compare`]).
 //!
 //! An entry holds the filter it was compiled from, and is used only when
 //! that text equals the filter asked for (the file name is a hash that
@@ -24,7 +25,8 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 
 use libcontainer::oci_spec::runtime::{
-    Arch, LinuxSeccomp, LinuxSeccompAction, LinuxSeccompFilterFlag, LinuxSeccompOperator,
+    Arch, LinuxSeccomp, LinuxSeccompAction, LinuxSeccompArg, LinuxSeccompArgBuilder,
+    LinuxSeccompFilterFlag, LinuxSeccompOperator,
 };
 use libseccomp::{ScmpAction, ScmpArch, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext};
 
@@ -33,8 +35,10 @@ use crate::error::{Result, RuntimeError};
 /// The directory of the compiled filters, in the state root.
 pub const CACHE_DIR: &str = "@seccomp";
 
-/// Bumped when what an entry holds, or how it is compiled, changes.
-const FORMAT: &str = "runsbx seccomp bpf 2";
+/// Bumped when what an entry holds, or how it is compiled, changes: 3
+/// reads masked comparisons as the runtime spec does (an entry of 2 would
+/// let every `clone` through).
+const FORMAT: &str = "runsbx seccomp bpf 3";
 
 // seccomp(2)'s filter flags (linux/seccomp.h).
 const FLAG_TSYNC: libc::c_ulong = 1;
@@ -247,18 +251,7 @@ pub fn compile(seccomp: &LinuxSeccomp) -> Result<Program> {
             let Ok(sc) = libseccomp::ScmpSyscall::from_name(name) else {
                 continue;
             };
-            let compares: Vec<ScmpArgCompare> = rule
-                .args()
-                .iter()
-                .flatten()
-                .map(|arg| {
-                    ScmpArgCompare::new(
-                        arg.index() as u32,
-                        op(arg.op(), arg.value_two()),
-                        arg.value(),
-                    )
-                })
-                .collect();
+            let compares: Vec<ScmpArgCompare> = rule.args().iter().flatten().map(compare).collect();
             let mut indexes: Vec<u32> = rule
                 .args()
                 .iter()
@@ -330,16 +323,63 @@ fn action(action: LinuxSeccompAction, errno: Option<u32>) -> Result<ScmpAction> 
     })
 }
 
-fn op(op: LinuxSeccompOperator, datum_b: Option<u64>) -> ScmpCompareOp {
-    match op {
+/// One argument comparison, as the runtime spec defines it (and runc
+/// reads it): for `SCMP_CMP_MASKED_EQ`, `value` is the mask and `valueTwo`
+/// what the masked argument must equal.
+///
+/// libcontainer 0.7 gives libseccomp `valueTwo` as the mask and `value` as
+/// the datum. libseccomp masks the datum too, so the policy's rule that
+/// allows `clone` only without namespace flags (mask: the flags, datum: 0)
+/// became "clone & 0 == 0", true for every clone: a sandboxed process could
+/// make a user namespace with `clone(CLONE_NEWUSER)` while `unshare` was
+/// refused. See [`libcontainer_operands`] for the filters libcontainer
+/// still compiles.
+fn compare(arg: &LinuxSeccompArg) -> ScmpArgCompare {
+    let index = arg.index() as u32;
+    let op = match arg.op() {
         LinuxSeccompOperator::ScmpCmpNe => ScmpCompareOp::NotEqual,
         LinuxSeccompOperator::ScmpCmpLt => ScmpCompareOp::Less,
         LinuxSeccompOperator::ScmpCmpLe => ScmpCompareOp::LessOrEqual,
         LinuxSeccompOperator::ScmpCmpEq => ScmpCompareOp::Equal,
         LinuxSeccompOperator::ScmpCmpGe => ScmpCompareOp::GreaterEqual,
         LinuxSeccompOperator::ScmpCmpGt => ScmpCompareOp::Greater,
-        LinuxSeccompOperator::ScmpCmpMaskedEq => ScmpCompareOp::MaskedEqual(datum_b.unwrap_or(0)),
+        LinuxSeccompOperator::ScmpCmpMaskedEq => {
+            let datum = arg.value_two().unwrap_or(0);
+            return ScmpArgCompare::new(index, ScmpCompareOp::MaskedEqual(arg.value()), datum);
+        }
+    };
+    ScmpArgCompare::new(index, op, arg.value())
+}
+
+/// `seccomp` as libcontainer 0.7 must be given it to compile the filter
+/// the runtime spec means (where it installs the filter itself: see
+/// sandbox/seal.rs): each `SCMP_CMP_MASKED_EQ` comparison with its mask
+/// and its datum exchanged (see [`compare`]).
+pub fn libcontainer_operands(seccomp: &LinuxSeccomp) -> Result<LinuxSeccomp> {
+    let mut rules = seccomp.syscalls().clone().unwrap_or_default();
+    for rule in &mut rules {
+        let Some(mut args) = rule.args().clone() else {
+            continue;
+        };
+        for arg in &mut args {
+            if arg.op() != LinuxSeccompOperator::ScmpCmpMaskedEq {
+                continue;
+            }
+            *arg = LinuxSeccompArgBuilder::default()
+                .index(arg.index())
+                .op(arg.op())
+                .value(arg.value_two().unwrap_or(0))
+                .value_two(arg.value())
+                .build()
+                .map_err(|e| RuntimeError::invalid("linux.seccomp", e.to_string()))?;
+        }
+        rule.set_args(Some(args));
     }
+    let mut swapped = seccomp.clone();
+    if seccomp.syscalls().is_some() {
+        swapped.set_syscalls(Some(rules));
+    }
+    Ok(swapped)
 }
 
 fn arch(arch: Arch) -> ScmpArch {
@@ -373,7 +413,7 @@ fn arch(arch: Arch) -> ScmpArch {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
+    #![allow(clippy::unwrap_used, clippy::panic)]
     use super::*;
     use libcontainer::oci_spec::runtime::{LinuxSeccompBuilder, LinuxSyscallBuilder};
 
@@ -460,6 +500,129 @@ mod tests {
             .build()
             .unwrap();
         assert!(compile(&notify_write).is_err());
+    }
+
+    /// Runs a classic BPF program on one syscall as seccomp presents it
+    /// (`struct seccomp_data`), with the instructions libseccomp emits;
+    /// any other panics.
+    fn decide(bpf: &[u8], nr: u32, arch: u32, args: &[u64; 6]) -> u32 {
+        let mut data = Vec::with_capacity(64);
+        data.extend_from_slice(&nr.to_ne_bytes());
+        data.extend_from_slice(&arch.to_ne_bytes());
+        data.extend_from_slice(&0u64.to_ne_bytes());
+        for a in args {
+            data.extend_from_slice(&a.to_ne_bytes());
+        }
+        let insn = |i: usize| {
+            let b = &bpf[i * INSN..(i + 1) * INSN];
+            let code = u16::from_ne_bytes([b[0], b[1]]);
+            (
+                code,
+                b[2] as usize,
+                b[3] as usize,
+                u32::from_ne_bytes([b[4], b[5], b[6], b[7]]),
+            )
+        };
+        let (mut a, mut x, mut mem, mut pc) = (0u32, 0u32, [0u32; 16], 0usize);
+        loop {
+            let (code, jt, jf, k) = insn(pc);
+            pc += 1;
+            let jump = |taken: bool| if taken { jt } else { jf };
+            match code {
+                0x00 => a = k,
+                0x01 => x = k,
+                0x20 => {
+                    let at = k as usize;
+                    a = u32::from_ne_bytes(data[at..at + 4].try_into().unwrap());
+                }
+                0x60 => a = mem[k as usize],
+                0x61 => x = mem[k as usize],
+                0x02 => mem[k as usize] = a,
+                0x03 => mem[k as usize] = x,
+                0x54 => a &= k,
+                0x07 => x = a,
+                0x87 => a = x,
+                0x05 => pc += k as usize,
+                0x15 => pc += jump(a == k),
+                0x25 => pc += jump(a > k),
+                0x35 => pc += jump(a >= k),
+                0x45 => pc += jump(a & k != 0),
+                0x06 => return k,
+                0x16 => return a,
+                _ => panic!("BPF instruction {code:#06x} at {}", pc - 1),
+            }
+        }
+    }
+
+    const X86_64: u32 = 0xc000_003e;
+    const ALLOW: u32 = 0x7fff_0000;
+
+    /// `SCMP_CMP_MASKED_EQ` as the runtime spec means it (`value` the mask,
+    /// `valueTwo` what the masked argument must equal): the policy's rule
+    /// for clone(2) lets fork and pthread_create through, and no flag that
+    /// makes a namespace, in either filter.
+    #[test]
+    fn clone_is_allowed_only_without_namespace_flags() {
+        let clone = libc::SYS_clone as u32;
+        let fork = (libc::CLONE_CHILD_SETTID | libc::CLONE_CHILD_CLEARTID | libc::SIGCHLD) as u64;
+        let thread = (libc::CLONE_VM
+            | libc::CLONE_FS
+            | libc::CLONE_FILES
+            | libc::CLONE_SIGHAND
+            | libc::CLONE_THREAD
+            | libc::CLONE_SYSVSEM
+            | libc::CLONE_SETTLS
+            | libc::CLONE_PARENT_SETTID
+            | libc::CLONE_CHILD_CLEARTID) as u64;
+        for filter in [
+            runsbx_policy::seccomp::allowlist().unwrap(),
+            runsbx_policy::seccomp::reporting(Path::new("/run/x.sock")).unwrap(),
+        ] {
+            let program = compile(&filter).unwrap();
+            let decide = |flags: u64| decide(&program.bpf, clone, X86_64, &[flags, 0, 0, 0, 0, 0]);
+            assert_eq!(decide(fork), ALLOW);
+            assert_eq!(decide(thread), ALLOW);
+            for ns in [
+                libc::CLONE_NEWUSER,
+                libc::CLONE_NEWNS,
+                libc::CLONE_NEWNET,
+                libc::CLONE_NEWPID,
+                libc::CLONE_NEWIPC,
+                libc::CLONE_NEWUTS,
+                libc::CLONE_NEWCGROUP,
+            ] {
+                let ns = ns as u64;
+                assert_ne!(decide(fork | ns), ALLOW, "clone with {ns:#x}");
+                assert_ne!(decide(ns), ALLOW, "clone with {ns:#x}");
+            }
+        }
+    }
+
+    /// libcontainer is given each masked comparison with its mask and its
+    /// datum exchanged, and nothing else changed: exchanged twice, the
+    /// filter is the policy's again.
+    #[test]
+    fn libcontainer_gets_masked_comparisons_exchanged() {
+        let filter = runsbx_policy::seccomp::allowlist().unwrap();
+        let given = libcontainer_operands(&filter).unwrap();
+        assert_ne!(given, filter);
+        assert_eq!(libcontainer_operands(&given).unwrap(), filter);
+        let masked = |f: &LinuxSeccomp| -> Vec<(u64, Option<u64>)> {
+            f.syscalls()
+                .iter()
+                .flatten()
+                .flat_map(|r| r.args().iter().flatten())
+                .filter(|a| a.op() == LinuxSeccompOperator::ScmpCmpMaskedEq)
+                .map(|a| (a.value(), a.value_two()))
+                .collect()
+        };
+        let meant = masked(&filter);
+        assert!(!meant.is_empty());
+        let exchanged: Vec<_> = meant
+            .iter()
+            .map(|&(v, v2)| (v2.unwrap_or(0), Some(v)))
+            .collect();
+        assert_eq!(masked(&given), exchanged);
     }
 
     /// The program, installed in a child, denies what the filter denies
