@@ -10,7 +10,8 @@
 //! `<root>/@seccomp/` instead, compiled by the first create that needed
 //! it, with the same libseccomp, rule by rule as libcontainer 0.7's
 //! `initialize_seccomp` adds them but each argument comparison as the
-//! runtime spec means it (see [`compare`]).
+//! runtime spec means it (see [`compare`]), laid out as a binary tree (see
+//! [`Layout`]).
 //!
 //! An entry holds the filter it was compiled from, and is used only when
 //! that text equals the filter asked for (the file name is a hash that
@@ -37,8 +38,30 @@ pub const CACHE_DIR: &str = "@seccomp";
 
 /// Bumped when what an entry holds, or how it is compiled, changes: 3
 /// reads masked comparisons as the runtime spec does (an entry of 2 would
-/// let every `clone` through).
-const FORMAT: &str = "runsbx seccomp bpf 3";
+/// let every `clone` through), 4 lays the program out as a tree.
+const FORMAT: &str = "runsbx seccomp bpf 4";
+
+/// How libseccomp lays a program out (its `SCMP_FLTATR_CTL_OPTIMIZE`).
+///
+/// By default it tests the syscall number against each rule in turn. When
+/// a filter is installed, the kernel runs the program once for every
+/// syscall number, to learn which ones it may then allow without running
+/// it (its action cache), holding the process's signal lock with
+/// interrupts off; on every later syscall it cannot decide so (the
+/// reported ones, those whose arguments are checked), the program runs
+/// again. With the rules sorted into a binary tree, each of those runs
+/// takes about log2(300) tests instead of up to 300: installing the
+/// reporting filter took 0.10 ms instead of 0.36 ms (the median of 100
+/// installs in fresh processes on a 2-core VM). The decisions are the
+/// same: libseccomp only orders the tests differently, and
+/// `a_tree_decides_as_the_linear_program_does` checks every syscall
+/// number and each argument the policy's rules compare.
+#[derive(Clone, Copy)]
+enum Layout {
+    #[cfg(test)]
+    Linear,
+    Tree,
+}
 
 // seccomp(2)'s filter flags (linux/seccomp.h).
 const FLAG_TSYNC: libc::c_ulong = 1;
@@ -201,8 +224,12 @@ fn write_entry(dir: &Path, file: &Path, source: &str, program: &Program) -> std:
 }
 
 /// Compiles `seccomp` with libseccomp, rule by rule as libcontainer 0.7
-/// adds them, and exports the program it would load.
+/// adds them, and exports the program it would load, as a tree.
 pub fn compile(seccomp: &LinuxSeccomp) -> Result<Program> {
+    compile_as(seccomp, Layout::Tree)
+}
+
+fn compile_as(seccomp: &LinuxSeccomp, layout: Layout) -> Result<Program> {
     let fail = |what: &str, e: &dyn std::fmt::Display| {
         RuntimeError::invalid("linux.seccomp", format!("{what}: {e}"))
     };
@@ -215,6 +242,13 @@ pub fn compile(seccomp: &LinuxSeccomp) -> Result<Program> {
     let default = action(seccomp.default_action(), seccomp.default_errno_ret())?;
     let mut ctx =
         ScmpFilterContext::new(default).map_err(|e| fail("make a libseccomp filter", &e))?;
+    let level = match layout {
+        #[cfg(test)]
+        Layout::Linear => 1,
+        Layout::Tree => 2,
+    };
+    ctx.set_ctl_optimize(level)
+        .map_err(|e| fail("lay the program out as a tree", &e))?;
     let mut flags = 0;
     for flag in seccomp.flags().iter().flatten() {
         flags |= match flag {
@@ -556,6 +590,65 @@ mod tests {
 
     const X86_64: u32 = 0xc000_003e;
     const ALLOW: u32 = 0x7fff_0000;
+
+    /// The tree libseccomp lays a filter out as decides every syscall as
+    /// its default, linear program does: each syscall number (the x32 ones
+    /// too, and another architecture's), with no arguments and with each
+    /// value the policy's rules compare an argument to (and its
+    /// neighbours) in each place.
+    #[test]
+    fn a_tree_decides_as_the_linear_program_does() {
+        const I386: u32 = 0x4000_0003;
+        for filter in [
+            runsbx_policy::seccomp::allowlist().unwrap(),
+            runsbx_policy::seccomp::reporting(Path::new("/run/x.sock")).unwrap(),
+        ] {
+            let tree = compile_as(&filter, Layout::Tree).unwrap();
+            let linear = compile_as(&filter, Layout::Linear).unwrap();
+            assert_eq!(tree.flags, linear.flags);
+            assert_ne!(tree.bpf, linear.bpf, "the layout was not changed");
+            let mut values = vec![0, 1, 2, u64::from(u32::MAX), u64::MAX, 1 << 32];
+            for arg in filter
+                .syscalls()
+                .iter()
+                .flatten()
+                .flat_map(|r| r.args().iter().flatten())
+            {
+                for v in [arg.value(), arg.value_two().unwrap_or(0)] {
+                    values.extend([v, v.wrapping_sub(1), v.wrapping_add(1), v | 1 << 40]);
+                    values.extend([!v, v & u64::from(u32::MAX)]);
+                }
+            }
+            values.sort_unstable();
+            values.dedup();
+            let mut decided = std::collections::HashSet::new();
+            for nr in (0..=600).chain((0..=600).map(|n| 0x4000_0000 | n)) {
+                for arch in [X86_64, I386] {
+                    let mut same = |args: [u64; 6]| {
+                        let t = decide(&tree.bpf, nr, arch, &args);
+                        assert_eq!(
+                            t,
+                            decide(&linear.bpf, nr, arch, &args),
+                            "syscall {nr} (arch {arch:#x}) with {args:?}"
+                        );
+                        decided.insert(t);
+                    };
+                    same([0; 6]);
+                    for &v in &values {
+                        for i in 0..6 {
+                            let mut args = [0; 6];
+                            args[i] = v;
+                            same(args);
+                        }
+                        same([v; 6]);
+                    }
+                }
+            }
+            // Allowed, refused, killed (another architecture) and, for the
+            // reporting filter, notified: the comparisons reached them all.
+            assert!(decided.len() >= 3, "{decided:?}");
+        }
+    }
 
     /// `SCMP_CMP_MASKED_EQ` as the runtime spec means it (`value` the mask,
     /// `valueTwo` what the masked argument must equal): the policy's rule
