@@ -670,6 +670,103 @@ fn killed_call_is_cleaned_by_its_watchdog(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, killed_call_is_cleaned_by_its_watchdog: watchdog_as_root, watchdog_rootless);
 
+/// A running call's own directory (its workspace's mount point, its
+/// seccomp listener's socket) and, as root, its staged rootfs and binds are
+/// in tmpfs mounts that only the call's mount namespace sees: on the host,
+/// the state root's `@calls` and /run/runsbx-rootfs hold nothing of it,
+/// while its state (named by its id) is there.
+fn a_running_call_makes_no_directory_on_the_host(fx: Fixture) {
+    let m = marker(&fx, 9);
+    let mut child = sleeping_call(&fx, &m);
+    kit::wait_until("the call's sleep to run", Duration::from_secs(20), || {
+        sleeping(&m)
+    });
+    let names = |dir: &Path| -> Vec<String> {
+        fs::read_dir(dir)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let ids: Vec<String> = names(&fx.state)
+        .into_iter()
+        .filter(|n| n.starts_with("call-"))
+        .collect();
+    let calls = names(&fx.state.join("@calls"));
+    let staged: Vec<String> = names(Path::new("/run/runsbx-rootfs"))
+        .into_iter()
+        .filter(|n| ids.iter().any(|id| n.ends_with(&format!("-{id}"))))
+        .collect();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(ids.len(), 1, "the running call's state: {ids:?}");
+    assert_eq!(
+        calls,
+        Vec::<String>::new(),
+        "the call's directory on the host"
+    );
+    assert_eq!(staged, Vec::<String>::new(), "the call's stage on the host");
+    clean_soon(&fx, &m);
+}
+as_root_and_rootless!(RUNSBX, a_running_call_makes_no_directory_on_the_host: private_dirs_as_root, private_dirs_rootless);
+
+/// A call killed with SIGKILL together with its watchdog: the next call's
+/// sweep finds it by its lock and removes all of it, its sandbox's
+/// processes included.
+fn killed_call_and_watchdog_are_swept_by_the_next(fx: Fixture) {
+    use nix::sys::signal::{kill, Signal};
+    let m = marker(&fx, 10);
+    let mut child = sleeping_call(&fx, &m);
+    kit::wait_until("the call's sleep to run", Duration::from_secs(20), || {
+        sleeping(&m)
+    });
+    // The call's runsbx and its watchdog (a clone of it, same command
+    // line): stopped first, so that the watchdog never sees the call die.
+    let runsbx = runsbx_processes_with(&m);
+    assert_eq!(runsbx.len(), 2, "the call and its watchdog: {runsbx:?}");
+    for signal in [Signal::SIGSTOP, Signal::SIGKILL] {
+        for pid in &runsbx {
+            kill(nix::unistd::Pid::from_raw(*pid), signal).unwrap();
+        }
+    }
+    child.wait().unwrap();
+    kit::wait_until(
+        "the call and its watchdog to go",
+        Duration::from_secs(10),
+        || runsbx_processes_with(&m).is_empty(),
+    );
+    assert!(
+        !fx.leftovers().is_empty(),
+        "a call killed with its watchdog left its state"
+    );
+    let (out, _) = call(&fx, &[], &["true"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(processes_with(&m), Vec::<String>::new());
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, killed_call_and_watchdog_are_swept_by_the_next: sweep_as_root, sweep_rootless);
+
+/// The pids of runsbx processes (not zombies) with `token` as a whole word
+/// of their command line.
+fn runsbx_processes_with(token: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let mut words = cmdline.split(|b| *b == 0);
+        let runtime = words.next().is_some_and(|w| w.ends_with(b"runsbx"));
+        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if runtime && words.any(|w| w == token.as_bytes()) && !stat.contains(") Z") {
+            found.push(pid);
+        }
+    }
+    found
+}
+
 /// SIGKILLs a call of `sleep MARKER` once its sleep runs.
 fn kill_while_sleeping(fx: &Fixture, marker: &str) {
     let mut child = sleeping_call(fx, marker);

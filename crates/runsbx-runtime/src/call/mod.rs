@@ -33,9 +33,11 @@ mod warm;
 
 use std::fs::{self, File};
 use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use nix::mount::{mount, MsFlags};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 pub use crate::sandbox::workspace::{Input, OutputFile};
@@ -55,7 +57,7 @@ use crate::sandbox::{network, seccomp_events, stub, teardown};
 use crate::state::container;
 use crate::state::root::{IdLock, StateRoot};
 use crate::sys::signal::SignalGuard;
-use crate::sys::{cgroupless, userns};
+use crate::sys::{cgroupless, privilege, stage, userns};
 use plan::CallPlan;
 
 pub use crate::error::call_exit as exit;
@@ -146,6 +148,11 @@ fn run(
     // Every mount from here on is seen by nobody else and dies with the call.
     cgroupless::private_mount_namespace()
         .map_err(|e| RuntimeError::sys("a private mount namespace for the call", e))?;
+    // As root, its rootfs and binds are staged for its ids (sys/stage.rs)
+    // in this namespace only.
+    if !privilege::rootless() {
+        stage::private_root()?;
+    }
     let dir = CallDir::create(root, id)?;
     let watchdog = sweep::Watchdog::spawn(root, id)?;
     let (_storage, ws) = match &session {
@@ -497,15 +504,35 @@ impl Linger {
     }
 }
 
-/// The directory of a call's own files (its workspace mount point),
-/// removed when dropped.
+/// The directory of a call's own files (its workspace mount point, its
+/// seccomp listener's socket), removed when dropped.
 struct CallDir(PathBuf);
 
 impl CallDir {
+    /// Made in a tmpfs over `<root>/@calls` that only the call's private
+    /// mount namespace sees: nothing of it is written to the state root's
+    /// filesystem (a disk, where /run is not a tmpfs), and it goes with the
+    /// namespace even if runsbx and its watchdog are killed.
     fn create(root: &StateRoot, id: &str) -> Result<Self> {
-        let dir = root.path().join("@calls").join(id);
+        let calls = root.path().join("@calls");
         fs::DirBuilder::new()
             .recursive(true)
+            .mode(0o700)
+            .create(&calls)
+            .map_err(|e| RuntimeError::io(format!("create {calls:?}"), e))?;
+        mount(
+            Some("runsbx-calls"),
+            &calls,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            Some("mode=0700,size=1m"),
+        )
+        .map_err(|e| {
+            RuntimeError::sys(format!("mount the call's private tmpfs on {calls:?}"), e)
+        })?;
+        let dir = calls.join(id);
+        fs::DirBuilder::new()
+            .mode(0o700)
             .create(&dir)
             .map_err(|e| RuntimeError::io(format!("create {dir:?}"), e))?;
         Ok(Self(dir))

@@ -1,8 +1,8 @@
 //! Removing what a `runsbx call` killed with SIGKILL left behind.
 //!
-//! A call holds the lock of its id for its whole life, so a call directory
-//! whose lock can be taken belongs to a runsbx that is gone. What it may
-//! have left depends on where it was killed: nothing but directories; a
+//! A call holds the lock of its id for its whole life, so a call's lock
+//! file that can be locked belongs to a runsbx that is gone. What it may
+//! have left depends on where it was killed: nothing but records; a
 //! container init that was cloned but whose pid was never recorded (it
 //! waits on the container's notify socket for a `start` that never comes);
 //! a half-written state file; a running sandbox; a cgroup; an id range.
@@ -22,26 +22,12 @@ use crate::sys::vm_child;
 
 /// Sweeps every abandoned call of `root`. Best effort: what cannot be
 /// removed is logged and left for the next sweep.
+///
+/// A call is found by its lock file (`@locks/call-…`), the first thing it
+/// makes and the last it removes; its own directory is in a tmpfs that only
+/// its mount namespace saw, gone with it. An `@calls/<id>` directory on the
+/// host is an older runsbx's, removed with its call.
 pub fn sweep(root: &StateRoot) {
-    let Ok(entries) = fs::read_dir(root.path().join("@calls")) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        let Ok(Some(_lock)) = root.try_lock(&id) else {
-            continue;
-        };
-        tracing::info!(id, "removing what an interrupted call left behind");
-        // No user namespace to search by here: a dead call's namespace
-        // number may already be a live one's. Its watchdog searched it.
-        crate::sandbox::teardown::reclaim(root, &id, None);
-        let _ = fs::remove_dir_all(entry.path());
-    }
-    // A call killed between taking its lock and making its directory left
-    // only the lock file: taken and dropped, it goes (IdLock removes the
-    // file of an id without a container).
     let Ok(locks) = fs::read_dir(root.path().join("@locks")) else {
         return;
     };
@@ -49,9 +35,21 @@ pub fn sweep(root: &StateRoot) {
         let Some(id) = entry.file_name().to_str().map(str::to_owned) else {
             continue;
         };
-        if id.starts_with("call-") && !root.container_dir(&id).exists() {
-            let _ = root.try_lock(&id);
+        if !id.starts_with("call-") {
+            continue;
         }
+        // Held: a live call. Otherwise what the call made, whenever it was
+        // killed, goes by its records (an id slot, too, whose record was
+        // never written); and once the lock is dropped, its file (IdLock
+        // removes the file of an id without a container).
+        let Ok(Some(_lock)) = root.try_lock(&id) else {
+            continue;
+        };
+        tracing::info!(id, "removing what an interrupted call left behind");
+        // No user namespace to search by here: a dead call's namespace
+        // number may already be a live one's. Its watchdog searched it.
+        crate::sandbox::teardown::reclaim(root, &id, None);
+        let _ = fs::remove_dir_all(root.path().join("@calls").join(&id));
     }
 }
 

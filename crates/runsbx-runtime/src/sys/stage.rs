@@ -296,6 +296,30 @@ fn rebuilt(
         })
 }
 
+/// For a sandbox that runsbx builds and removes from a mount namespace of
+/// its own (a call, a pool's sandbox): a tmpfs over [`STAGE_ROOT`] there,
+/// so that its stage directories exist only in that namespace and go with
+/// it. Nothing of them is made or removed on the host's filesystem, which
+/// is a disk where /run is not a tmpfs: on such a host the three
+/// directories of a call cost a few hundred microseconds each to remove.
+/// Traversable by the sandbox's ids, as the host's directory is.
+pub(crate) fn private_root() -> Result<()> {
+    let ctx = || format!("mount a private tmpfs on {STAGE_ROOT} for the call's staging");
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o711)
+        .create(STAGE_ROOT)
+        .map_err(|e| RuntimeError::io(ctx(), e))?;
+    mount(
+        Some("runsbx-stage"),
+        STAGE_ROOT,
+        Some("tmpfs"),
+        MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+        Some("mode=0711,size=1m"),
+    )
+    .map_err(|e| RuntimeError::sys(ctx(), e))
+}
+
 /// Unmounts and removes everything staged for `key`.
 pub fn remove(key: &str) -> Result<()> {
     let dir = dir(key);
