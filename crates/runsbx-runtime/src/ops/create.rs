@@ -23,6 +23,7 @@ use crate::state::ids;
 use crate::state::root::{IdLock, StateRoot};
 use crate::state::{bundle, cgroup_claim};
 use crate::sys::cgroup_attach::{pids_limit, FastAttach};
+use crate::sys::privilege::CgroupLayout;
 use crate::sys::{cgroupless, copyup, netns, privilege, stage, userns};
 
 /// What `create` and `run` are given besides the id.
@@ -228,16 +229,47 @@ fn build_from(
     });
     let mut spec = hardened.spec;
     privilege::check_rlimits(&spec)?;
-    if let Some(range) = range {
-        stage::prepare(
-            &stage_key(root, id),
+    let key = stage_key(root, id);
+    let stage = |spec: &mut Spec| match range {
+        Some(range) => stage::prepare(
+            &key,
             range,
-            &mut spec,
+            spec,
             hardened.unshifted_rootfs,
             &hardened.engine_volumes,
-        )?;
-    }
-    let (shadow, resources_dropped) = claim_cgroup(root, id, &mut spec)?;
+        ),
+        None => Ok(()),
+    };
+    // Where runsbx makes the cgroups itself (as root, cgroup v1), the claim
+    // is recorded first and they are made while the rootfs is staged.
+    // Elsewhere the claim, or the shadow, comes after the staging: the
+    // shadow's private mount namespace must not hold the staged mounts.
+    let (shadow, resources_dropped, prepared) = if privilege::can_manage_cgroups()
+        && matches!(
+            privilege::cgroup_layout(),
+            CgroupLayout::V1 | CgroupLayout::Hybrid
+        ) {
+        let (shadow, dropped) = claim_cgroup(root, id, &mut spec)?;
+        let prepared = match cgroups_path(&spec) {
+            Some(path) => {
+                let pids = pids_limit(&spec);
+                let sink = bundle::Effective::path(root, id).join(SINK);
+                let (prepared, staged) =
+                    FastAttach::prepare_during(&path, pids, sink, || stage(&mut spec));
+                staged?;
+                prepared?
+            }
+            None => {
+                stage(&mut spec)?;
+                None
+            }
+        };
+        (shadow, dropped, prepared)
+    } else {
+        stage(&mut spec)?;
+        let (shadow, dropped) = claim_cgroup(root, id, &mut spec)?;
+        (shadow, dropped, None)
+    };
     // Rootless, in the private mount namespace the shadow made: the image
     // as a filesystem of its own, as stage::prepare makes it as root.
     let view = match shadow {
@@ -274,13 +306,7 @@ fn build_from(
             root, id, req.opts, req.detach, &effective, req.stdio, executor,
         )
     };
-    let entered = match shadow {
-        None => fast_attach(&spec, &effective)?
-            .map(FastAttach::enter)
-            .transpose()?
-            .flatten(),
-        Some(_) => None,
-    };
+    let entered = prepared.map(FastAttach::enter).transpose()?.flatten();
     let mut container = match entered {
         Some(entered) => {
             let built = entered.build(build);
@@ -457,17 +483,11 @@ fn claim_cgroup(
 /// sys/cgroup_attach.rs), in the effective bundle.
 pub(crate) const SINK: &str = "cgroup.procs.sink";
 
-/// As root on a cgroup v1 host, the sandbox's first process is forked into
-/// its cgroups rather than moved there (see sys/cgroup_attach.rs).
-fn fast_attach(spec: &Spec, effective: &bundle::Effective) -> Result<Option<FastAttach>> {
-    let Some(path) = spec
-        .linux()
-        .as_ref()
-        .and_then(|l| l.cgroups_path().as_ref())
-    else {
-        return Ok(None);
-    };
-    FastAttach::prepare(path, pids_limit(spec), effective.dir.join(SINK), true)
+/// The cgroup path `spec` gives its sandbox. As root on a cgroup v1 host,
+/// the sandbox's first process is forked into its cgroups there rather
+/// than moved (see sys/cgroup_attach.rs).
+fn cgroups_path(spec: &Spec) -> Option<PathBuf> {
+    spec.linux().as_ref().and_then(|l| l.cgroups_path().clone())
 }
 
 /// libcontainer builds the container from the effective bundle: its

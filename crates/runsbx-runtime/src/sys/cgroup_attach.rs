@@ -142,6 +142,39 @@ impl FastAttach {
         Ok(Some(FastAttach { hierarchies, sink }))
     }
 
+    /// [`Self::prepare`] with `make` on a thread of its own while this
+    /// thread does `work` (a create stages the rootfs meanwhile: making nine
+    /// v1 cgroups is most of a millisecond of kernel time). Returns once
+    /// that thread is gone from this process, not only joined, since
+    /// [`Self::enter`] needs this process to have no other thread.
+    pub(crate) fn prepare_during<T>(
+        cgroup_path: &Path,
+        pids_limit: Option<i64>,
+        sink: PathBuf,
+        work: impl FnOnce() -> T,
+    ) -> (Result<Option<FastAttach>>, T) {
+        let (prepared, tid, done) = std::thread::scope(|s| {
+            let making = s.spawn(|| {
+                let tid = nix::unistd::gettid();
+                (Self::prepare(cgroup_path, pids_limit, sink, true), tid)
+            });
+            let done = work();
+            let (prepared, tid) = making
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            (prepared, tid, done)
+        });
+        // A joiner is woken when the thread's memory goes; its filesystem
+        // context goes a moment later, when it is reaped (see
+        // `PrivateMounts::back`).
+        let task = PathBuf::from(format!("/proc/self/task/{tid}"));
+        let deadline = Instant::now() + THREAD_EXIT;
+        while task.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_micros(20));
+        }
+        (prepared, done)
+    }
+
     /// Opens the `tasks` files, enters a mount namespace of this process's
     /// own and binds the sink over each `cgroup.procs` there. `None` when
     /// this process has other threads (they share its filesystem context,
