@@ -333,7 +333,6 @@ fn build_from(
         }
     }
     let init = init_pid(&container)?;
-    bundle::Effective::record_init(root, id, init)?;
     let trust_bundle = inspection.as_ref().map(|i| i.bundle.clone());
     // A profile's learn directory: the container's record goes there.
     let learn = match hardened.egress.as_ref().and_then(|p| p.learn.as_ref()) {
@@ -344,29 +343,45 @@ fn build_from(
         .attestation
         .iter()
         .any(|l| l.layer == "network_loopback_only" && l.in_force);
+    // The init's record and the container's state are written by a thread
+    // while the sandbox's network is brought up (by another, in its
+    // namespace): each is a few hundred microseconds, mostly waiting for
+    // the kernel. Both are done before anything else happens.
+    let (network, recorded) = std::thread::scope(|s| {
+        let recorded = s.spawn(|| -> Result<Container> {
+            bundle::Effective::record_init(root, id, init)?;
+            // Inside runsbx's own user namespace the creator looks like root.
+            container.set_creator(userns::caller_uid());
+            container
+                .save()
+                .map_err(|e| op_err("save state of", id, e))?;
+            Ok(container)
+        });
+        let network = network_up(
+            init,
+            &spec,
+            hardened.egress.as_ref(),
+            inspection,
+            req.secrets,
+            req.seccomp_listener.is_some(),
+            loopback_only,
+        );
+        let recorded = recorded
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (network, recorded)
+    });
+    let container = recorded?;
     let Network {
         proxy,
         sock_diag,
         network_checked,
-    } = network_up(
-        init,
-        &spec,
-        hardened.egress.as_ref(),
-        inspection,
-        req.secrets,
-        req.seccomp_listener.is_some(),
-        loopback_only,
-    )?;
+    } = network?;
     let duties = Duties {
         learn,
         proxy,
         deadline: hardened.deadline,
     };
-    // Inside runsbx's own user namespace the creator looks like root.
-    container.set_creator(userns::caller_uid());
-    container
-        .save()
-        .map_err(|e| op_err("save state of", id, e))?;
     // Last, so that at its deadline the supervisor finds the saved state.
     let duties = match req.supervision {
         Supervision::Forked => {
