@@ -301,6 +301,15 @@ fn build_from(
         }
         None => (req.stub.map_or(Executor::Default, Executor::Stub), None),
     };
+    // libcontainer's processes open /proc through pathrs, which keeps one
+    // private procfs (subset=pid, detached) per process, made on first
+    // use. Made here first, on this thread (outside the sandbox's
+    // cgroups), it is inherited: the intermediate process does not mount
+    // its own, and the init's copy, closed as it execs, is not the last, so
+    // the command does not start by tearing a procfs down. Best effort
+    // (rootless, pathrs cannot make one and libcontainer's processes open
+    // /proc as before).
+    let _ = pathrs::procfs::ProcfsHandle::new();
     let build = || {
         libcontainer_build(
             root, id, req.opts, req.detach, &effective, req.stdio, executor,
