@@ -294,9 +294,28 @@ fn marker(fx: &Fixture, tag: u32) -> String {
 
 /// Host processes with `token` as a whole word of their command line.
 fn processes_with(token: &str) -> Vec<String> {
+    processes_matching(token, false)
+        .into_iter()
+        .map(|(pid, command)| format!("{pid}: {command}"))
+        .collect()
+}
+
+/// The pids of runsbx processes with `token` as a whole word of their
+/// command line.
+fn runsbx_processes_with(token: &str) -> Vec<i32> {
+    processes_matching(token, true)
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+/// Host processes (not zombies) with `token` as a whole word of their
+/// command line, runsbx's own (a word of it ends in `runsbx`) when
+/// `runtime`, the others otherwise.
+fn processes_matching(token: &str, runtime: bool) -> Vec<(i32, String)> {
     let mut found = Vec::new();
     for e in fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
             continue;
         };
         let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
@@ -305,9 +324,9 @@ fn processes_with(token: &str) -> Vec<String> {
             .map(|w| String::from_utf8_lossy(w).into_owned())
             .collect();
         let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        let runtime = words.iter().any(|w| w.ends_with("runsbx"));
-        if words.iter().any(|w| w == token) && !runtime && !stat.contains(") Z") {
-            found.push(format!("{pid}: {}", words.join(" ")));
+        let is_runtime = words.iter().any(|w| w.ends_with("runsbx"));
+        if words.iter().any(|w| w == token) && is_runtime == runtime && !stat.contains(") Z") {
+            found.push((pid, words.join(" ")));
         }
     }
     found
@@ -677,10 +696,7 @@ as_root_and_rootless!(RUNSBX, killed_call_is_cleaned_by_its_watchdog: watchdog_a
 /// while its state (named by its id) is there.
 fn a_running_call_makes_no_directory_on_the_host(fx: Fixture) {
     let m = marker(&fx, 9);
-    let mut child = sleeping_call(&fx, &m);
-    kit::wait_until("the call's sleep to run", Duration::from_secs(20), || {
-        sleeping(&m)
-    });
+    let mut child = running_sleep(&fx, &m);
     let names = |dir: &Path| -> Vec<String> {
         fs::read_dir(dir)
             .map(|d| {
@@ -718,10 +734,7 @@ as_root_and_rootless!(RUNSBX, a_running_call_makes_no_directory_on_the_host: pri
 fn killed_call_and_watchdog_are_swept_by_the_next(fx: Fixture) {
     use nix::sys::signal::{kill, Signal};
     let m = marker(&fx, 10);
-    let mut child = sleeping_call(&fx, &m);
-    kit::wait_until("the call's sleep to run", Duration::from_secs(20), || {
-        sleeping(&m)
-    });
+    let mut child = running_sleep(&fx, &m);
     // The call's runsbx and its watchdog (a clone of it, same command
     // line): stopped first, so that the watchdog never sees the call die.
     let runsbx = runsbx_processes_with(&m);
@@ -748,33 +761,20 @@ fn killed_call_and_watchdog_are_swept_by_the_next(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, killed_call_and_watchdog_are_swept_by_the_next: sweep_as_root, sweep_rootless);
 
-/// The pids of runsbx processes (not zombies) with `token` as a whole word
-/// of their command line.
-fn runsbx_processes_with(token: &str) -> Vec<i32> {
-    let mut found = Vec::new();
-    for e in fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let mut words = cmdline.split(|b| *b == 0);
-        let runtime = words.next().is_some_and(|w| w.ends_with(b"runsbx"));
-        let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-        if runtime && words.any(|w| w == token.as_bytes()) && !stat.contains(") Z") {
-            found.push(pid);
-        }
-    }
-    found
-}
-
 /// SIGKILLs a call of `sleep MARKER` once its sleep runs.
 fn kill_while_sleeping(fx: &Fixture, marker: &str) {
-    let mut child = sleeping_call(fx, marker);
+    let mut child = running_sleep(fx, marker);
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// A call of `sleep MARKER` in the background, once its sleep runs.
+fn running_sleep(fx: &Fixture, marker: &str) -> std::process::Child {
+    let child = sleeping_call(fx, marker);
     kit::wait_until("the call's sleep to run", Duration::from_secs(20), || {
         sleeping(marker)
     });
-    child.kill().unwrap();
-    child.wait().unwrap();
+    child
 }
 
 /// A call of `sleep MARKER` in the background, its output discarded.
