@@ -352,12 +352,17 @@ fn build_from(
         .attestation
         .iter()
         .any(|l| l.layer == "network_loopback_only" && l.in_force);
-    // The init's record and the container's state are written by a thread
-    // while the sandbox's network is brought up (by another, in its
-    // namespace): each is a few hundred microseconds, mostly waiting for
-    // the kernel. Both are done before anything else happens.
-    let (network, recorded) = std::thread::scope(|s| {
-        let recorded = s.spawn(|| -> Result<Container> {
+    // The init's record and the container's state are written while a
+    // thread brings the sandbox's network up in its namespace: each takes
+    // a few hundred microseconds, mostly waiting for the kernel. Both are
+    // done before anything else happens.
+    let (inside, recorded) = network_up(
+        init,
+        &spec,
+        hardened.egress.as_ref().map(|_| egress::PROXY_PORT),
+        req.seccomp_listener.is_some(),
+        loopback_only,
+        || -> Result<Container> {
             bundle::Effective::record_init(root, id, init)?;
             // Inside runsbx's own user namespace the creator looks like root.
             container.set_creator(userns::caller_uid());
@@ -365,27 +370,14 @@ fn build_from(
                 .save()
                 .map_err(|e| op_err("save state of", id, e))?;
             Ok(container)
-        });
-        let network = network_up(
-            init,
-            &spec,
-            hardened.egress.as_ref(),
-            inspection,
-            req.secrets,
-            req.seccomp_listener.is_some(),
-            loopback_only,
-        );
-        let recorded = recorded
-            .join()
-            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (network, recorded)
-    });
+        },
+    );
     let container = recorded?;
     let Network {
         proxy,
         sock_diag,
         network_checked,
-    } = network?;
+    } = network_of(inside?, hardened.egress.as_ref(), inspection, req.secrets)?;
     let duties = Duties {
         learn,
         proxy,
@@ -680,28 +672,38 @@ struct Network {
 
 /// In a new network namespace: `lo` up, held to loopback when
 /// `loopback_only` (the policy's promise), the egress proxy's listening
-/// socket made inside it for the supervisor (a pod's other containers
-/// share this one's network namespace and its proxy), and with `sock_diag`
-/// (a call's seccomp listener) a sock_diag socket for its hints; all in
-/// one helper.
-fn network_up(
+/// socket (`proxy_port`) made inside it for the supervisor (a pod's other
+/// containers share this one's network namespace and its proxy), and with
+/// `sock_diag` (a call's seccomp listener) a sock_diag socket for its
+/// hints; all in one helper thread, while this thread runs `meanwhile`.
+fn network_up<T>(
     init: nix::unistd::Pid,
     spec: &Spec,
+    proxy_port: Option<u16>,
+    sock_diag: bool,
+    loopback_only: bool,
+    meanwhile: impl FnOnce() -> T,
+) -> (Result<netns::Inside>, T) {
+    if !creates_netns(spec) {
+        return (Ok(netns::Inside::default()), meanwhile());
+    }
+    netns::network_up(
+        init,
+        has_userns(spec),
+        proxy_port,
+        sock_diag,
+        loopback_only,
+        meanwhile,
+    )
+}
+
+/// What [`network_up`] made, with the egress proxy's configuration.
+fn network_of(
+    inside: netns::Inside,
     egress: Option<&runsbx_policy::EgressPlan>,
     inspection: Option<egress::Inspection>,
     secrets: &[runsbx_proxy::Secret],
-    sock_diag: bool,
-    loopback_only: bool,
 ) -> Result<Network> {
-    if !creates_netns(spec) {
-        return Ok(Network {
-            proxy: None,
-            sock_diag: None,
-            network_checked: None,
-        });
-    }
-    let port = egress.map(|_| egress::PROXY_PORT);
-    let inside = netns::network_up(init, has_userns(spec), port, sock_diag, loopback_only)?;
     let proxy = match (egress, inside.proxy) {
         (Some(plan), Some(listener)) => {
             Some((listener, egress::proxy_config(plan, inspection, secrets)?))

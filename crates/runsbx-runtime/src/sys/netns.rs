@@ -55,32 +55,43 @@ pub struct Inside {
 /// Where the kernel refuses the thread (a sandbox in a user namespace
 /// runsbx did not make, `own_userns`), a helper joins that user namespace
 /// first.
-pub fn network_up(
+///
+/// The calling thread runs `meanwhile` while the thread works, and gets
+/// what it returned back with the result.
+pub fn network_up<T>(
     pid: Pid,
     own_userns: bool,
     proxy_port: Option<u16>,
     sock_diag: bool,
     loopback_only: bool,
-) -> Result<Inside> {
+    meanwhile: impl FnOnce() -> T,
+) -> (Result<Inside>, T) {
     let ctx = |step: &str| format!("set up the network of the sandbox of pid {pid}: {step}");
-    let pidfd = crate::sys::procs::pidfd_open(pid)?;
-    let from_thread = std::thread::scope(|s| {
-        s.spawn(|| match setns(&pidfd, CloneFlags::CLONE_NEWNET) {
+    let pidfd = match crate::sys::procs::pidfd_open(pid) {
+        Ok(fd) => fd,
+        Err(e) => return (Err(e), meanwhile()),
+    };
+    let (from_thread, done) = std::thread::scope(|s| {
+        let inside = s.spawn(|| match setns(&pidfd, CloneFlags::CLONE_NEWNET) {
             Ok(()) => Some(make_inside(proxy_port, sock_diag, loopback_only)),
             Err(nix::Error::EPERM) if own_userns => None,
             Err(e) => Some(Err((e as i32, "setns(CLONE_NEWNET)".to_owned()))),
-        })
-        .join()
-        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        });
+        let done = meanwhile();
+        let inside = inside
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (inside, done)
     });
-    match from_thread {
+    let inside = match from_thread {
         Some(Ok(inside)) => Ok(inside),
         Some(Err((errno, step))) => Err(RuntimeError::sys(ctx(&step), nix::Error::from_raw(errno))),
         None => {
             tracing::debug!(%pid, "network setup refused to a thread: a helper joins the user namespace");
             network_up_from_helper(pid, proxy_port, sock_diag, loopback_only)
         }
-    }
+    };
+    (inside, done)
 }
 
 /// In the sandbox's network namespace: `lo` up, the namespace held to
