@@ -142,6 +142,19 @@ impl Fixture {
         output_via_files(&mut self.cmd(args))
     }
 
+    /// `runsbx --config CONFIG run --bundle BUNDLE ID`, to the end.
+    pub fn run_with_config(&self, config: &Path, bundle: &Path, id: &str) -> Out {
+        let (config, bundle) = (config.as_os_str(), bundle.as_os_str());
+        self.run([
+            OsStr::new("--config"),
+            config,
+            OsStr::new("run"),
+            OsStr::new("--bundle"),
+            bundle,
+            OsStr::new(id),
+        ])
+    }
+
     /// A bundle named `name` running `args` on the shared busybox rootfs,
     /// from `runsbx spec` (with `--rootless` for the unprivileged user),
     /// then `edit`.

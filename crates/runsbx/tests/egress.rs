@@ -416,7 +416,7 @@ fn containers_get_egress_from_their_profile(fx: Fixture) {
         c["root"]["path"] = Value::from(rootfs.to_str().unwrap());
         c["process"]["env"] = serde_json::json!(["PATH=/usr/bin:/bin", "HOME=/tmp"]);
     });
-    let out = run_with_config(&fx, &config, &b);
+    let out = fx.run_with_config(&config, &b, "c1");
     assert_eq!(out.code, 0, "{out:?}");
     assert!(
         out.stdout
@@ -456,7 +456,7 @@ fn egress_profile(fx: &Fixture, egress: &str) -> std::path::PathBuf {
 fn a_bad_profile_allowlist_is_refused(fx: Fixture) {
     let config = egress_profile(&fx, "allow = [\"pypi.org\", \"bad host!\"]\n");
     let b = fx.bundle("b", &["/bin/true"], |_| {});
-    let out = run_with_config(&fx, &config, &b);
+    let out = fx.run_with_config(&config, &b, "c1");
     // Invalid input (README, "Exit codes").
     assert_eq!(out.code, 3, "{out:?}");
     let first = out.stderr.lines().next().unwrap_or_default();
@@ -469,15 +469,3 @@ fn a_bad_profile_allowlist_is_refused(fx: Fixture) {
     fx.assert_clean();
 }
 as_root_and_rootless!(RUNSBX, a_bad_profile_allowlist_is_refused: bad_allowlist_as_root, bad_allowlist_rootless);
-
-/// `runsbx --config CONFIG run --bundle BUNDLE c1`.
-fn run_with_config(fx: &Fixture, config: &Path, bundle: &Path) -> Out {
-    fx.run([
-        "--config",
-        config.to_str().unwrap(),
-        "run",
-        "--bundle",
-        bundle.to_str().unwrap(),
-        "c1",
-    ])
-}

@@ -368,14 +368,7 @@ fn deadline_ends_the_sandbox(fx: Fixture) {
     .enumerate()
     {
         let b = spinning(&fx, &format!("bad{i}"), timeout, &mark);
-        let out = fx.run([
-            "--config",
-            config.to_str().unwrap(),
-            "run",
-            "--bundle",
-            b.to_str().unwrap(),
-            "c3",
-        ]);
+        let out = fx.run_with_config(&config, &b, "c3");
         assert_eq!(out.code, 3, "{timeout}: {out:?}");
         assert!(
             out.stderr.contains("runsbx.timeout") && out.stderr.contains(needle),

@@ -333,14 +333,7 @@ fn failed_create_leaves_nothing(fx: Fixture) {
         let b = fx.bundle(&format!("b{i}"), &["sleep", "1000"], |spec| {
             spec["hooks"] = json!({"prestart": [hook]});
         });
-        let out = fx.run([
-            "--config",
-            config.to_str().unwrap(),
-            "run",
-            "--bundle",
-            b.to_str().unwrap(),
-            "c1",
-        ]);
+        let out = fx.run_with_config(&config, &b, "c1");
         assert_eq!(out.code, 1, "{out:?}");
         assert!(out.stderr.contains(needle), "{out:?}");
         // At once: nothing waits for libcontainer's processes to notice

@@ -38,14 +38,7 @@ fn layers_in_force(fx: Fixture) {
             &["sh", "-c", "probe status; probe lo; probe syscalls"],
             |spec| spec["hooks"] = hooks,
         );
-        let out = fx.run([
-            "--config",
-            config.to_str().unwrap(),
-            "run",
-            "--bundle",
-            b.to_str().unwrap(),
-            "c1",
-        ]);
+        let out = fx.run_with_config(&config, &b, "c1");
         assert_eq!(out.code, 0, "hooks {i}: {out:?}");
         kit::assert_hardened(&out);
         // Every forbidden syscall was tried, and refused with EPERM;
