@@ -20,7 +20,9 @@
 //! The pool ends when stdin closes (or, with `--socket`, on SIGTERM or
 //! SIGINT): every ready sandbox is let go and every worker waited for. A
 //! SIGKILLed serve leaves its workers to let their sandboxes go when their
-//! stdin ends.
+//! stdin ends. A template that a cold call refuses (exit 125: an unknown
+//! image or session, a policy refusal) ends it before its first sandbox,
+//! with that error and code: no retry would make the sandbox.
 
 mod worker;
 
@@ -37,6 +39,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use runsbx_runtime::error::call_exit;
 use serde_json::{json, Value};
 
 pub use worker::run as worker;
@@ -100,6 +103,14 @@ struct State {
     serving: usize,
     /// Workers that failed in a row before they were ready.
     failures: u32,
+    /// What the last of them said: a failure in the same row that says
+    /// it again is not logged again.
+    reported: Option<String>,
+    /// Whether any sandbox has been ready.
+    ever_ready: bool,
+    /// Why the pool ended before its first sandbox: the template is
+    /// refused (see [`Pool::failed`]).
+    refused: Option<String>,
     closing: bool,
 }
 
@@ -113,6 +124,8 @@ struct Pool {
     min_available: u64,
     state: Mutex<State>,
     changed: Condvar,
+    /// Ends the pool (as the end of stdin or a signal does).
+    end: mpsc::Sender<()>,
 }
 
 pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Result<i32> {
@@ -147,6 +160,7 @@ pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Resul
         exe: std::env::current_exe().context("find runsbx's own binary")?,
         global,
     };
+    let (end_tx, end_rx) = mpsc::channel::<()>();
     let pool = Arc::new(Pool {
         runsbx,
         worker_args: worker_args(&args),
@@ -159,9 +173,13 @@ pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Resul
             ending: 0,
             serving: 0,
             failures: 0,
+            reported: None,
+            ever_ready: false,
+            refused: None,
             closing: false,
         }),
         changed: Condvar::new(),
+        end: end_tx.clone(),
     });
     // The signals that end the pool are taken by one thread; every other
     // thread (and what it spawns: std resets the mask in children) has
@@ -175,7 +193,6 @@ pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Resul
         signals.add(s);
     }
     signals.thread_block()?;
-    let (end_tx, end_rx) = mpsc::channel::<()>();
     {
         let end = end_tx.clone();
         std::thread::spawn(move || {
@@ -226,7 +243,14 @@ pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Resul
     if let Some(path) = socket {
         let _ = std::fs::remove_file(path);
     }
-    Ok(0)
+    let refused = pool.lock().refused.take();
+    match refused {
+        Some(why) => {
+            eprintln!("runsbx: error: {why}");
+            Ok(call_exit::BAD_INPUT)
+        }
+        None => Ok(0),
+    }
 }
 
 /// The worker's command line: the template as `call` flags.
@@ -382,6 +406,12 @@ fn serve_lines(pool: &Arc<Pool>, input: impl BufRead, out: Arc<Mutex<Box<dyn Wri
             cancel(&running, &id.to_string());
             continue;
         }
+        // Counted before it is handed on, so that the pool, once it is
+        // closing, ends only after answering it; a request read once it
+        // is closing is not served.
+        if !pool.begin() {
+            break;
+        }
         // A ready sandbox gets the request from this thread: waking a
         // request thread first would delay its command by that wake-up.
         // Not past the requests in flight: this one would run meanwhile.
@@ -513,9 +543,19 @@ impl Pool {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Counts a request as being served; false once the pool is closing.
+    fn begin(&self) -> bool {
+        let mut s = self.lock();
+        if s.closing {
+            return false;
+        }
+        s.serving += 1;
+        true
+    }
+
     /// A request given to a ready worker at once, if one is ready and the
-    /// request has its arguments: it is being served (counted, and
-    /// recorded as run by that worker for a cancel) when this returns.
+    /// request has its arguments: it is recorded as run by that worker
+    /// (for a cancel) when this returns.
     fn send_at_once(&self, msg: &Value, running: &Running) -> Option<Worker> {
         let argv = request_argv(msg)?;
         let stdin = msg.get("stdin").unwrap_or(&Value::Null);
@@ -524,9 +564,7 @@ impl Pool {
             if s.closing {
                 return None;
             }
-            let w = s.ready.pop_front()?;
-            s.serving += 1;
-            w
+            s.ready.pop_front()?
         };
         self.changed.notify_all();
         let key = msg.get("id").unwrap_or(&Value::Null).to_string();
@@ -537,10 +575,11 @@ impl Pool {
         Some(w)
     }
 
-    /// One request to its reply, which goes to `send` before the used
-    /// worker is let go and the pool told: on a small machine that work
-    /// would take the cores the caller needs to read its reply. `sent`:
-    /// the worker [`Pool::send_at_once`] gave the request to.
+    /// One request (counted by [`Pool::begin`]) to its reply, which goes
+    /// to `send` before the used worker is let go and the pool told: on a
+    /// small machine that work would take the cores the caller needs to
+    /// read its reply. `sent`: the worker [`Pool::send_at_once`] gave the
+    /// request to.
     fn serve(
         self: &Arc<Self>,
         msg: &Value,
@@ -551,15 +590,15 @@ impl Pool {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let key = id.to_string();
         let Some(argv) = request_argv(msg) else {
-            return send(&json!({"id": id, "error": "the request has no \"argv\" (an array of strings: runsbx call's arguments)"}).to_string());
+            send(&json!({"id": id, "error": "the request has no \"argv\" (an array of strings: runsbx call's arguments)"}).to_string());
+            self.lock().serving -= 1;
+            self.changed.notify_all();
+            return;
         };
         let stdin = msg.get("stdin").cloned().unwrap_or(Value::Null);
         let run = match sent {
             Some(_) => RunningAs::recorded(running, &key),
-            None => {
-                self.lock().serving += 1;
-                RunningAs::pending(running, &key)
-            }
+            None => RunningAs::pending(running, &key),
         };
         let (reply, used) = match self.warm(argv, &stdin, &run, sent) {
             Some((line, used)) => (Reply::Warm(line), Some(used)),
@@ -836,41 +875,65 @@ impl Pool {
                         let _ = from.read_line(&mut line);
                         let said: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
                         if said.get("ready").is_some() {
-                            Some(Worker { child, to, from })
+                            Ok(Worker { child, to, from })
                         } else {
-                            report_failure(&said);
                             let _ = child.wait();
-                            None
+                            Err(Failed::from_worker(&said))
                         }
                     }
                     _ => {
                         let _ = child.kill();
                         let _ = child.wait();
-                        None
+                        Err(Failed::other("the worker has no pipes"))
                     }
                 }
             }
-            Err(e) => {
-                tracing::error!("start a pool worker: {e}");
-                None
-            }
+            Err(e) => Err(Failed::other(&format!("start a pool worker: {e}"))),
         };
         let mut s = self.lock();
         s.starting -= 1;
         match ready {
-            Some(w) if !s.closing => {
+            Ok(w) if !s.closing => {
                 s.failures = 0;
+                s.reported = None;
+                s.ever_ready = true;
                 s.ready.push_back(w);
             }
-            Some(w) => {
+            Ok(w) => {
                 drop(s);
                 self.reap(w);
                 s = self.lock();
             }
-            None => s.failures += 1,
+            Err(failed) => {
+                s.failures += 1;
+                self.failed(&mut s, failed);
+            }
         }
         drop(s);
         self.changed.notify_all();
+    }
+
+    /// A worker's sandbox could not be made. Before any was, a refusal
+    /// (a cold call's exit 125: an unknown image or session, a policy
+    /// refusal, no host id range left) ends the pool with it: every
+    /// sandbox of the pool is made the same way, and a person (or the
+    /// client) must change what it was given. Anything else is logged
+    /// once per row of failures (again if it changes), and retried.
+    fn failed(&self, s: &mut State, failed: Failed) {
+        if s.refused.is_some() {
+            // The pool is ending with the reason the others gave.
+            return;
+        }
+        if !s.ever_ready && failed.code == Some(call_exit::BAD_INPUT) {
+            s.refused = Some(failed.message);
+            s.closing = true;
+            let _ = self.end.send(());
+            return;
+        }
+        if s.reported.as_deref() != Some(failed.message.as_str()) {
+            tracing::error!("a pool sandbox could not be made: {}", failed.message);
+            s.reported = Some(failed.message);
+        }
     }
 
     /// Ends the pool: no new sandbox, every ready one let go, every
@@ -896,13 +959,35 @@ impl Pool {
     }
 }
 
-/// Why a worker's sandbox could not be made, said once per failure.
-fn report_failure(said: &Value) {
-    let message = said
-        .pointer("/failed/error/message")
-        .and_then(Value::as_str)
-        .unwrap_or("the worker ended before its sandbox was ready");
-    tracing::error!("a pool sandbox could not be made: {message}");
+/// Why a worker's sandbox could not be made.
+struct Failed {
+    message: String,
+    /// The cold call's exit code for it (README.md, "Tool calls").
+    code: Option<i32>,
+}
+
+impl Failed {
+    /// From the worker's `{"failed": RESULT, "exit_code": N}`.
+    fn from_worker(said: &Value) -> Self {
+        let message = said
+            .pointer("/failed/error/message")
+            .and_then(Value::as_str)
+            .unwrap_or("the worker ended before its sandbox was ready");
+        Self {
+            message: message.to_owned(),
+            code: said
+                .get("exit_code")
+                .and_then(Value::as_i64)
+                .and_then(|c| i32::try_from(c).ok()),
+        }
+    }
+
+    fn other(message: &str) -> Self {
+        Self {
+            message: message.to_owned(),
+            code: None,
+        }
+    }
 }
 
 /// MemAvailable from /proc/meminfo, in bytes (unknown: plenty).

@@ -371,6 +371,34 @@ fn pooled_calls_report_their_seccomp_denials(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, pooled_calls_report_their_seccomp_denials: seccomp_as_root, seccomp_rootless);
 
+/// A template that a cold call refuses ends the pool before its first
+/// sandbox, whether or not its owner still holds its stdin: the call's
+/// own error, said once however many sandboxes were asked for, the call's
+/// exit code for it (125), and nothing left.
+fn a_refused_template_ends_the_pool(fx: Fixture) {
+    let missing = fx.dir.path().join("no-such-rootfs");
+    let missing = missing.to_str().unwrap();
+    let out = fx.run(["serve", "--size", "3", "--rootfs", missing]);
+    assert_eq!(out.code, 125, "{out:?}");
+    assert_eq!(out.stdout, "", "{out:?}");
+    let first = out.stderr.lines().next().unwrap_or_default();
+    assert!(first.starts_with("runsbx: error: --rootfs "), "{out:?}");
+    assert!(first.contains("no-such-rootfs"), "{out:?}");
+    assert_eq!(out.stderr.matches("no-such-rootfs").count(), 1, "{out:?}");
+    fx.assert_clean();
+    // Its stdin open: it ends all the same, at once.
+    let mut cmd = fx.cmd(["serve", "--rootfs", missing]);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = kit::spawn(&mut cmd);
+    let status = wait_within(&mut child, Duration::from_secs(30));
+    assert_eq!(status.code(), Some(125), "{status:?}");
+    drop(child.stdin.take());
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, a_refused_template_ends_the_pool: refused_template_as_root, refused_template_rootless);
+
 fn requests_that_do_not_fit_run_cold(fx: Fixture) {
     let rootfs = rootfs_arg();
     let mut pool = Serve::start(&fx, 1);
