@@ -141,6 +141,20 @@ class PoolTest(RunsbxTestCase):
         with self.assertRaises(runsbx.ProtocolError):
             pool.run(["true"])
 
+    def test_settings_a_call_refuses_end_the_pool(self) -> None:
+        pool = runsbx.Pool(2, image="no-such-image", binary=self.bin)
+        self.addCleanup(pool.close)
+        # `runsbx serve` ends before its first sandbox. A call that reached
+        # it ran cold; one after that finds it ended: each is refused as
+        # runsbx.run refuses it.
+        for _ in range(3):
+            with self.assertRaises(runsbx.ImageNotFound) as caught:
+                pool.run(["true"])
+            self.assertIn("no-such-image", str(caught.exception))
+            self.assertEqual(caught.exception.returncode, 125)
+        self.assertFalse(os.path.exists(f"/proc/{pool.pid}"), "runsbx serve is still there")
+        self.assertEqual(processes_with("no-such-image"), [])
+
     def test_bad_size(self) -> None:
         for size in (0, 65, True, "2"):
             with self.assertRaises(ValueError):

@@ -17,7 +17,7 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Option
 
 from ._binary import PathArg, find_binary, not_runnable
 from ._call import OVERRUN_GRACE, TERM_GRACE, Command, Invocation, Size, Strings, _sandbox_options
-from .errors import BadInput, ProtocolError
+from .errors import BadInput, CallError, ProtocolError, RunsbxError, error_class
 from .result import CallResult
 
 if TYPE_CHECKING:
@@ -132,6 +132,9 @@ class Pool:
 
         Raises:
             As :func:`runsbx.run`; ``ProtocolError`` if the pool has ended.
+            Settings a cold call refuses (an unknown image, say) end the
+            pool before its first sandbox: then every call raises the
+            error :func:`runsbx.run` would (``ImageNotFound``...).
         """
         if "binary" in options:
             raise TypeError("binary is the pool's: give it to Pool()")
@@ -147,10 +150,14 @@ class Pool:
             data = None if inv.input is None else base64.b64encode(inv.input).decode("ascii")
             pending = _Pending()
             with self._lock:
-                if self._closed or self._ended is not None:
+                if self._closed:
                     raise ProtocolError(f"the pool has ended{self._why()}")
                 rid = next(self._ids)
-                self._pending[rid] = pending
+                ended = self._ended is not None
+                if not ended:
+                    self._pending[rid] = pending
+            if ended:
+                raise self._ended_error("the pool has ended")
             line = json.dumps({"id": rid, "argv": argv, "stdin": data}) + "\n"
             try:
                 with self._write_lock:
@@ -160,7 +167,7 @@ class Pool:
             except OSError:
                 with self._lock:
                     self._pending.pop(rid, None)
-                raise ProtocolError(f"the pool has ended{self._why()}") from None
+                raise self._ended_error("the pool has ended") from None
             try:
                 done = self._await(lambda: pending.done, inv.wall_timeout)
             except BaseException:
@@ -174,7 +181,7 @@ class Pool:
                 return inv.finish(-1, None, b"")
             reply = pending.reply
             if reply is None:
-                raise ProtocolError(f"the pool ended before the call's result came{self._why()}")
+                raise self._ended_error("the pool ended before the call's result came")
             if "error" in reply:
                 raise ProtocolError(f"runsbx serve: {reply['error']}")
             with self._lock:
@@ -261,6 +268,31 @@ class Pool:
     def _why(self) -> str:
         tail = b"".join(self._stderr).decode("utf-8", errors="replace").strip().splitlines()
         return f": {tail[-1]}" if tail else ""
+
+    def _ended_error(self, what: str) -> RunsbxError:
+        """Why a call cannot run in a pool that ended without being closed:
+        ``runsbx serve``'s own error when it ended with one of ``runsbx
+        call``'s codes (settings a cold call refuses, an unknown image for
+        one, end it before its first sandbox with exit code 125), as
+        :func:`runsbx.run` would raise it; else a ``ProtocolError`` saying
+        ``what``."""
+        try:
+            # Its output has ended: it is exiting.
+            code = self._proc.wait(timeout=TERM_GRACE)
+        except subprocess.TimeoutExpired:
+            code = None
+        # Its last line is read once the pipe ends (no worker is left to
+        # hold it when serve ends this way).
+        self._err_reader.join(timeout=1.0)
+        stderr = b"".join(self._stderr).decode("utf-8", errors="replace")
+        lines = stderr.strip().splitlines()
+        said = lines[-1].strip() if lines else ""
+        said = said[len("runsbx: error: ") :] if said.startswith("runsbx: error: ") else said
+        if code is not None and code > 0 and said:
+            cls = error_class(None, said, code)
+            if cls is not CallError:
+                return cls(said, returncode=code, stderr=stderr)
+        return ProtocolError(f"{what}{self._why()}", returncode=code, stderr=stderr)
 
     def _await(self, ready: Callable[[], bool], timeout: Optional[float]) -> bool:
         """Waits until ``ready()`` (checked under the lock), at most
