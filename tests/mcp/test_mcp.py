@@ -24,7 +24,7 @@ import tempfile
 import time
 import unittest
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Dict, List, Optional, Set
+from typing import Any, AsyncIterator, Dict, List, Optional, Set, Tuple
 
 import anyio
 from mcp import ClientSession
@@ -87,6 +87,21 @@ def processes(argv: List[str]) -> List[int]:
                     found.append(int(pid))
         except OSError:
             pass
+    return found
+
+
+def pool_pids(session: str, kinds: Tuple[bytes, ...] = (b"serve", b"pool-worker")) -> List[int]:
+    """The pids of a session's pool: its ``runsbx serve`` and the worker
+    whose sandbox waits for the next call (``kinds``: which of them)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if f"--session={session}".encode() in argv and any(k in argv for k in kinds):
+            found.append(int(pid))
     return found
 
 
@@ -359,25 +374,13 @@ class McpTest(unittest.TestCase):
         self.assert_no_new_sessions()
 
     def test_calls_run_in_the_sessions_pool(self) -> None:
-        def pool_processes(name: str) -> List[str]:
-            found = []
-            for pid in filter(str.isdigit, os.listdir("/proc")):
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        argv = f.read().split(b"\0")
-                except OSError:
-                    continue
-                if f"--session={name}".encode() in argv and (b"serve" in argv or b"pool-worker" in argv):
-                    found.append(pid)
-            return found
-
         async def go() -> str:
             async with self.connect() as s:
                 first = await self.call(s, "run_command", {"command": "echo 1 > /tmp/x; echo one"})
                 name = first["session"]
                 # The session's pool: `runsbx serve` and the worker whose
                 # sandbox waits for the next call.
-                self.assertTrue(pool_processes(name), self.server_log())
+                self.assertTrue(pool_pids(name), self.server_log())
                 second = await self.call(s, "run_command", {"command": "ls -A /tmp; echo two"})
                 self.assertEqual(second["stdout"]["data"], "two\n", second)
                 self.assertEqual(second["exit_code"], 0)
@@ -385,9 +388,32 @@ class McpTest(unittest.TestCase):
 
         name = self.run_async(go)
         deadline = time.monotonic() + 20
-        while pool_processes(name) and time.monotonic() < deadline:
+        while pool_pids(name) and time.monotonic() < deadline:
             time.sleep(0.1)
-        self.assertEqual(pool_processes(name), [], "the pool outlived its connection")
+        self.assertEqual(pool_pids(name), [], "the pool outlived its connection")
+        self.assert_no_new_sessions()
+
+    def test_a_sessions_pool_that_dies_leaves_its_calls_cold(self) -> None:
+        async def go() -> None:
+            async with self.connect() as s:
+                first = await self.call(s, "run_command", {"command": "echo kept > f; echo one"})
+                name = first["session"]
+                serve = pool_pids(name, (b"serve",))
+                self.assertEqual(len(serve), 1, self.server_log())
+                os.kill(serve[0], signal.SIGKILL)
+                # Its worker lets the session go once its stdin ends.
+                deadline = time.monotonic() + 20
+                while pool_pids(name) and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                self.assertEqual(pool_pids(name), [], "the dead pool's worker lives on")
+                for n in ("two", "three"):
+                    r = await self.call(s, "run_command", {"command": f"cat f; echo {n}"})
+                    self.assertEqual(r["stdout"]["data"], f"kept\n{n}\n", r)
+                    self.assertEqual(r["exit_code"], 0)
+                # Cold: no pool was started again.
+                self.assertEqual(pool_pids(name), [], self.server_log())
+
+        self.run_async(go)
         self.assert_no_new_sessions()
 
     def test_disconnect_during_a_call_removes_the_session(self) -> None:

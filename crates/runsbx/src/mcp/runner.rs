@@ -179,7 +179,16 @@ impl Runner {
             return Ok(None);
         }
         if let Some(pool) = pools.running.get(session) {
-            return Ok(Some(pool.clone()));
+            if !pool.ended().await {
+                return Ok(Some(pool.clone()));
+            }
+            // Its serve ended on its own: it died, or refused the session
+            // (exit 125, said in this server's log). The session's calls
+            // run cold from now on, and say themselves what is wrong.
+            tracing::warn!(session, "the session's pool ended; its calls run cold");
+            pools.running.remove(session);
+            pools.allowed.remove(session);
+            return Ok(None);
         }
         let mut cmd = Command::new(&self.exe);
         cmd.args(&self.global)
@@ -365,6 +374,11 @@ impl Pool {
                 .unwrap_or_default()
                 .to_owned(),
         })
+    }
+
+    /// Whether its serve has exited (it is then reaped).
+    async fn ended(&self) -> bool {
+        matches!(self.child.lock().await.try_wait(), Ok(Some(_)))
     }
 
     async fn send(&self, message: &Value) -> std::io::Result<()> {
