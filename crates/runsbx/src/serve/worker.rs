@@ -151,6 +151,21 @@ impl Control {
 
 impl Hold for Control {
     fn ready(&mut self) {
+        // The pool may be gone when this is written, or the reply: the
+        // write must fail with EPIPE rather than kill the worker with
+        // SIGPIPE (or queue one, blocked while the call runs, that kills
+        // it in the middle of its teardown once the call unblocks it).
+        // Killed, it would leave its sandbox to its watchdog, and a
+        // session to the next call before its disk is let go. Every
+        // process of the sandbox exists already, with its own
+        // dispositions: none inherits this.
+        // SAFETY: ignoring a signal installs no handler.
+        let _ = unsafe {
+            nix::sys::signal::signal(
+                nix::sys::signal::Signal::SIGPIPE,
+                nix::sys::signal::SigHandler::SigIgn,
+            )
+        };
         if self.pool_watch.is_none() {
             match end_if_the_pool_goes() {
                 Ok(taken) => self.pool_watch = Some(taken),
@@ -182,18 +197,6 @@ impl Hold for Control {
     }
 
     fn taken(&mut self) {
-        // The pool may be gone when the reply is written: the write must
-        // fail with EPIPE rather than queue a SIGPIPE (blocked while the
-        // call runs) that kills the worker in the middle of its teardown
-        // once the call unblocks it. Every process of the sandbox exists
-        // already, with its own dispositions: none inherits this.
-        // SAFETY: ignoring a signal installs no handler.
-        let _ = unsafe {
-            nix::sys::signal::signal(
-                nix::sys::signal::Signal::SIGPIPE,
-                nix::sys::signal::SigHandler::SigIgn,
-            )
-        };
         if let Some(taken) = self.pool_watch.take() {
             let _ = taken.send(());
         }
