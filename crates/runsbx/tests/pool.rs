@@ -227,10 +227,6 @@ fn a_waiting_stub_holds_only_its_socket(fx: Fixture) {
     let serve = pool.child.id() as i32;
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     let waits_in_stub = cfg!(target_arch = "x86_64");
-    let is_stub = |pid: i32| match fs::read_link(format!("/proc/{pid}/exe")) {
-        Ok(exe) if waits_in_stub => exe.to_str() == Some("/memfd:runsbx-stub (deleted)"),
-        _ => comm_of(pid) == "youki:[2:INIT]",
-    };
     let mut held = Vec::new();
     let stub = loop {
         let stub = descendants(serve).into_iter().find(|pid| is_stub(*pid));
@@ -267,6 +263,16 @@ fn a_waiting_stub_holds_only_its_socket(fx: Fixture) {
     fx.assert_clean();
 }
 as_root_and_rootless!(RUNSBX, a_waiting_stub_holds_only_its_socket: stub_fds_as_root, stub_fds_rootless);
+
+/// Whether `pid` is a pool sandbox's init, where the command is awaited.
+fn is_stub(pid: i32) -> bool {
+    match fs::read_link(format!("/proc/{pid}/exe")) {
+        Ok(exe) if cfg!(target_arch = "x86_64") => {
+            exe.to_str() == Some("/memfd:runsbx-stub (deleted)")
+        }
+        _ => comm_of(pid) == "youki:[2:INIT]",
+    }
+}
 
 /// Every process below `ancestor`.
 fn descendants(ancestor: i32) -> Vec<i32> {
@@ -656,6 +662,80 @@ fn a_session_is_pooled(fx: Fixture) {
     fx.assert_clean();
 }
 as_root_and_rootless!(RUNSBX, a_session_is_pooled: session_as_root, session_rootless);
+
+/// SIGKILL of a session's pool and its worker, whose sandbox is built:
+/// the watchdog removes the sandbox from the call's mount namespace, where
+/// the session's storage is still mounted, and the session keeps its
+/// files and its view of the image (removing the call's directory through
+/// that storage had emptied the workspace and hidden every file of the
+/// image under a whiteout in the session's layer).
+fn a_killed_session_pool_keeps_the_session(fx: Fixture) {
+    if !kit::have_python_image() {
+        kit::skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
+    }
+    let name = format!("pool-{}", kit::unique_mark());
+    let out = fx.run(["session", "create", &name]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let session = format!("--session={name}");
+    let mut cmd = fx.cmd(["serve", "--session", &name]);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .process_group(0);
+    let mut child = kit::spawn(&mut cmd);
+    let mut pool = Serve {
+        to: child.stdin.take(),
+        from: BufReader::new(child.stdout.take().unwrap()),
+        child,
+        next_id: 1,
+    };
+    let r = pool.call(&[
+        "--json",
+        &session,
+        "--",
+        "sh",
+        "-c",
+        "echo kept > f; mkdir /layer",
+    ]);
+    assert_eq!(r["result"]["status"], "exited", "{r}");
+    assert_eq!(r["warm"], true, "{r}");
+    // The session's next sandbox, built: its stub waits, holding only
+    // its stdio and socket (libcontainer's init holds more).
+    let serve = pool.child.id() as i32;
+    kit::wait_until(
+        "the session's next sandbox",
+        Duration::from_secs(30),
+        || {
+            descendants(serve)
+                .into_iter()
+                .any(|pid| is_stub(pid) && fds_of(pid).len() == 4)
+        },
+    );
+    let group = nix::unistd::Pid::from_raw(-(pool.child.id() as i32));
+    nix::sys::signal::kill(group, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let _ = pool.child.wait();
+    drop(pool);
+    killed_pool_is_gone(&fx);
+    let out = fx.run([
+        "call",
+        "--json",
+        &session,
+        "--",
+        "sh",
+        "-c",
+        "cat f; ls -d /layer /usr/bin/python3",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    let r: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    assert_eq!(
+        r["stdout"]["data"], "kept\n/layer\n/usr/bin/python3\n",
+        "{r}"
+    );
+    let out = fx.run(["session", "rm", &name]);
+    assert_eq!(out.code, 0, "{out:?}");
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, a_killed_session_pool_keeps_the_session: killed_session_pool_as_root, killed_session_pool_rootless);
 
 /// `{"cancel": ID}`: the call running request ID gets SIGTERM and ends
 /// `interrupted`, its sandbox killed, as `runsbx call` given SIGTERM.

@@ -541,7 +541,9 @@ impl CallDir {
 
 impl Drop for CallDir {
     fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
+        // A session's storage is unmounted from it already; if it was not,
+        // its files must not be deleted through it.
+        let _ = crate::sys::beneath::remove_tree(&self.0);
     }
 }
 

@@ -49,7 +49,7 @@ pub fn sweep(root: &StateRoot) {
         // No user namespace to search by here: a dead call's namespace
         // number may already be a live one's. Its watchdog searched it.
         crate::sandbox::teardown::reclaim(root, &id, None);
-        let _ = fs::remove_dir_all(root.path().join("@calls").join(&id));
+        let _ = crate::sys::beneath::remove_tree(&root.path().join("@calls").join(&id));
     }
 }
 
@@ -317,11 +317,15 @@ fn abandon(root: &StateRoot, id: &str) -> i32 {
     match root.lock(id) {
         Ok(_lock) => {
             crate::sandbox::teardown::reclaim(root, id, userns);
-            // The watchdog shares the call's private mount namespace: the
-            // workspace tmpfs is still mounted here.
+            // The watchdog shares the call's private mount namespace: what
+            // the call mounted in its directory is still mounted here (its
+            // workspace; a session's disk and its overlay over the image,
+            // which removing the directory through them would empty).
             let dir = root.path().join("@calls").join(id);
-            let _ = nix::mount::umount2(&dir.join("workspace"), nix::mount::MntFlags::MNT_DETACH);
-            let _ = fs::remove_dir_all(dir);
+            if let Err(e) = runsbx_image::mountinfo::unmount_under(&dir) {
+                tracing::warn!(id, "unmount the interrupted call's storage: {e}");
+            }
+            let _ = crate::sys::beneath::remove_tree(&dir);
             0
         }
         Err(_) => 1,

@@ -5,7 +5,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -57,5 +57,99 @@ pub fn chown(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+/// Removes the directory `path` and everything in it, never entering a
+/// mount point below it: a filesystem still mounted there (a session's
+/// disk or its overlay over the image, in a call's directory) would
+/// otherwise be emptied through it, deleting the session's files and
+/// writing a whiteout over each of the image's. That mount and the
+/// directories above it are left, and the first such one is the error
+/// (EXDEV). A `path` that is not there is no error.
+pub fn remove_tree(path: &Path) -> io::Result<()> {
+    use nix::fcntl::OFlag;
+    let top = match nix::fcntl::open(
+        path,
+        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY,
+        nix::sys::stat::Mode::empty(),
+    ) {
+        Ok(fd) => {
+            // SAFETY: the kernel just gave us this fd.
+            unsafe { OwnedFd::from_raw_fd(fd) }
+        }
+        Err(nix::Error::ENOENT) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    empty(top)?;
+    match std::fs::remove_dir(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        r => r,
+    }
+}
+
+/// Removes what the directory `dir` holds, each directory reached
+/// beneath it without crossing a mount ([`open`]: EXDEV at a mount point).
+fn empty(dir: OwnedFd) -> io::Result<()> {
+    use nix::unistd::{unlinkat, UnlinkatFlags};
+    let raw = dir.as_raw_fd();
+    let mut names = Vec::new();
+    let mut listing = nix::dir::Dir::from(dir.try_clone()?)?;
+    for entry in listing.iter() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        names.push(std::ffi::OsStr::from_bytes(name).to_owned());
+    }
+    drop(listing);
+    for name in names {
+        let rel = Path::new(&name);
+        match open(dir.as_fd(), rel, libc::O_DIRECTORY | libc::O_RDONLY) {
+            Ok(sub) => {
+                empty(sub)?;
+                unlinkat(Some(raw), rel, UnlinkatFlags::RemoveDir)?;
+            }
+            // Not a directory (a link, too, is not followed): unlinked.
+            Err(e)
+                if e.raw_os_error() == Some(libc::ENOTDIR)
+                    || e.raw_os_error() == Some(libc::ELOOP) =>
+            {
+                unlinkat(Some(raw), rel, UnlinkatFlags::NoRemoveDir)?;
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => {}
+            Err(e) => {
+                return Err(io::Error::new(
+                    e.kind(),
+                    format!("{}: {e} (a mount point is left as it is)", rel.display()),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn remove_tree_removes_links_not_what_they_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("keep"), "k").unwrap();
+        let tree = tmp.path().join("tree");
+        std::fs::create_dir_all(tree.join("a/b")).unwrap();
+        std::fs::write(tree.join("a/b/file"), "f").unwrap();
+        std::os::unix::fs::symlink(&outside, tree.join("a/link")).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", tree.join("dangling")).unwrap();
+        remove_tree(&tree).unwrap();
+        assert!(!tree.exists());
+        assert_eq!(std::fs::read_to_string(outside.join("keep")).unwrap(), "k");
+        // Already gone: no error.
+        remove_tree(&tree).unwrap();
     }
 }

@@ -331,7 +331,8 @@ pub fn remove(key: &str) -> Result<()> {
         use std::os::unix::ffi::OsStrExt;
         layers::remove_work_dir(Path::new(std::ffi::OsStr::from_bytes(&work)))?;
     }
-    fs::remove_dir_all(&dir).map_err(|e| RuntimeError::io(format!("remove {dir:?}"), e))
+    crate::sys::beneath::remove_tree(&dir)
+        .map_err(|e| RuntimeError::io(format!("remove {dir:?}"), e))
 }
 
 /// A user namespace whose ids 0..size are host ids base.., for
