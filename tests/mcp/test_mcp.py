@@ -140,6 +140,13 @@ class McpTest(unittest.TestCase):
         self.errlog.seek(0)
         return self.errlog.read()
 
+    def assert_pool_ends(self, session: str, why: str) -> None:
+        """Waits (at most 20 s) until ``session`` has no pool process."""
+        deadline = time.monotonic() + 20
+        while pool_pids(session) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual(pool_pids(session), [], why)
+
     def assert_no_new_sessions(self) -> None:
         left = session_names() - self.sessions_before
         self.assertEqual(left, set(), f"sessions left behind; server log:\n{self.server_log()}")
@@ -387,10 +394,7 @@ class McpTest(unittest.TestCase):
                 return name
 
         name = self.run_async(go)
-        deadline = time.monotonic() + 20
-        while pool_pids(name) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        self.assertEqual(pool_pids(name), [], "the pool outlived its connection")
+        self.assert_pool_ends(name, "the pool outlived its connection")
         self.assert_no_new_sessions()
 
     def test_a_sessions_pool_that_dies_leaves_its_calls_cold(self) -> None:
@@ -402,10 +406,7 @@ class McpTest(unittest.TestCase):
                 self.assertEqual(len(serve), 1, self.server_log())
                 os.kill(serve[0], signal.SIGKILL)
                 # Its worker lets the session go once its stdin ends.
-                deadline = time.monotonic() + 20
-                while pool_pids(name) and time.monotonic() < deadline:
-                    time.sleep(0.1)
-                self.assertEqual(pool_pids(name), [], "the dead pool's worker lives on")
+                self.assert_pool_ends(name, "the dead pool's worker lives on")
                 for n in ("two", "three"):
                     r = await self.call(s, "run_command", {"command": f"cat f; echo {n}"})
                     self.assertEqual(r["stdout"]["data"], f"kept\n{n}\n", r)
