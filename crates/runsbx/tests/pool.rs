@@ -34,8 +34,24 @@ struct Serve {
 impl Serve {
     fn start(fx: &Fixture, size: u32) -> Self {
         let mut cmd = fx.cmd(["serve", "--size", &size.to_string(), "--rootfs"]);
-        cmd.arg(kit::rootfs())
-            .stdin(Stdio::piped())
+        cmd.arg(kit::rootfs());
+        Self::spawn(cmd)
+    }
+
+    /// A new session of the fixture's and its pool; the session's name.
+    fn of_new_session(fx: &Fixture) -> (String, Self) {
+        let name = format!("pool-{}", kit::unique_mark());
+        let out = fx.run(["session", "create", &name]);
+        assert_eq!(out.code, 0, "{out:?}");
+        (
+            name.clone(),
+            Self::spawn(fx.cmd(["serve", "--session", &name])),
+        )
+    }
+
+    /// `cmd`, a `runsbx serve`, speaking JSON Lines with the test.
+    fn spawn(mut cmd: std::process::Command) -> Self {
+        cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             // Its own process group: a test may kill it with its workers.
@@ -617,25 +633,12 @@ fn a_session_is_pooled(fx: Fixture) {
     if !kit::have_python_image() {
         kit::skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
     }
-    let name = format!("pool-{}", kit::unique_mark());
-    let out = fx.run(["session", "create", &name]);
-    assert_eq!(out.code, 0, "{out:?}");
+    let (name, mut pool) = Serve::of_new_session(&fx);
     let session = format!("--session={name}");
     let call = |pool: &mut Serve, script: &str| {
         let r = pool.call(&["--json", &session, "--", "sh", "-c", script]);
         assert_eq!(r["result"]["status"], "exited", "{r}");
         r
-    };
-    let mut cmd = fx.cmd(["serve", "--session", &name]);
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    let mut child = kit::spawn(&mut cmd);
-    let mut pool = Serve {
-        to: child.stdin.take(),
-        from: BufReader::new(child.stdout.take().unwrap()),
-        child,
-        next_id: 1,
     };
     // (Rootless, the layer takes only what the sandbox makes at `/`.)
     let r = call(
@@ -673,22 +676,8 @@ fn a_killed_session_pool_keeps_the_session(fx: Fixture) {
     if !kit::have_python_image() {
         kit::skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");
     }
-    let name = format!("pool-{}", kit::unique_mark());
-    let out = fx.run(["session", "create", &name]);
-    assert_eq!(out.code, 0, "{out:?}");
+    let (name, mut pool) = Serve::of_new_session(&fx);
     let session = format!("--session={name}");
-    let mut cmd = fx.cmd(["serve", "--session", &name]);
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .process_group(0);
-    let mut child = kit::spawn(&mut cmd);
-    let mut pool = Serve {
-        to: child.stdin.take(),
-        from: BufReader::new(child.stdout.take().unwrap()),
-        child,
-        next_id: 1,
-    };
     let r = pool.call(&[
         "--json",
         &session,
