@@ -670,8 +670,8 @@ as_root_and_rootless!(RUNSBX, a_session_is_pooled: session_as_root, session_root
 /// the watchdog removes the sandbox from the call's mount namespace, where
 /// the session's storage is still mounted, and the session keeps its
 /// files and its view of the image (removing the call's directory through
-/// that storage had emptied the workspace and hidden every file of the
-/// image under a whiteout in the session's layer).
+/// that storage had hidden every file of the image under a whiteout in
+/// the session's layer: the next call found no `sh`).
 fn a_killed_session_pool_keeps_the_session(fx: Fixture) {
     if !kit::have_python_image() {
         kit::skip!("no `python` image: run `sudo runsbx image build python` (hack/test.sh does)");

@@ -64,9 +64,9 @@ pub fn chown(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
 /// mount point below it: a filesystem still mounted there (a session's
 /// disk or its overlay over the image, in a call's directory) would
 /// otherwise be emptied through it, deleting the session's files and
-/// writing a whiteout over each of the image's. That mount and the
-/// directories above it are left, and the first such one is the error
-/// (EXDEV). A `path` that is not there is no error.
+/// writing a whiteout over each of the image's. The removal stops at the
+/// first mount point it meets, which is the error (EXDEV), and leaves
+/// what it has not removed yet. A `path` that is not there is no error.
 pub fn remove_tree(path: &Path) -> io::Result<()> {
     use nix::fcntl::OFlag;
     let top = match nix::fcntl::open(
