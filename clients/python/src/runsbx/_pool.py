@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Type
 
 from ._binary import PathArg, find_binary, not_runnable
-from ._call import OVERRUN_GRACE, TERM_GRACE, Command, Invocation, Size, Strings, _sandbox_options
+from ._call import OVERRUN_GRACE, TERM_GRACE, Command, Invocation, Size, Strings, _said, _sandbox_options
 from .errors import BadInput, CallError, ProtocolError, RunsbxError, error_class
 from .result import CallResult
 
@@ -285,9 +285,7 @@ class Pool:
         # hold it when serve ends this way).
         self._err_reader.join(timeout=1.0)
         stderr = b"".join(self._stderr).decode("utf-8", errors="replace")
-        lines = stderr.strip().splitlines()
-        said = lines[-1].strip() if lines else ""
-        said = said[len("runsbx: error: ") :] if said.startswith("runsbx: error: ") else said
+        said = _said(stderr)
         if code is not None and code > 0 and said:
             cls = error_class(None, said, code)
             if cls is not CallError:
