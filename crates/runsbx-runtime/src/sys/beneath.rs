@@ -68,18 +68,15 @@ pub fn chown(fd: BorrowedFd<'_>, uid: u32, gid: u32) -> io::Result<()> {
 /// first mount point it meets, which is the error (EXDEV), and leaves
 /// what it has not removed yet. A `path` that is not there is no error.
 pub fn remove_tree(path: &Path) -> io::Result<()> {
-    use nix::fcntl::OFlag;
-    let top = match nix::fcntl::open(
-        path,
-        OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC | OFlag::O_RDONLY,
-        nix::sys::stat::Mode::empty(),
-    ) {
-        Ok(fd) => {
-            // SAFETY: the kernel just gave us this fd.
-            unsafe { OwnedFd::from_raw_fd(fd) }
-        }
-        Err(nix::Error::ENOENT) => return Ok(()),
-        Err(e) => return Err(e.into()),
+    use std::os::unix::fs::OpenOptionsExt;
+    let top = match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(path)
+    {
+        Ok(file) => OwnedFd::from(file),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
     };
     empty(top)?;
     match std::fs::remove_dir(path) {
