@@ -264,6 +264,28 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("{text:?} is not a size (use bytes, or a number with K, M or G)"))
 }
 
+/// The lowest memory limit a sandbox is given. The kernel refuses a limit
+/// below what the cgroup already holds, and a sandbox's own processes hold
+/// 0.4-0.6 MiB when libcontainer sets it (measured on cgroup v1), before
+/// any command runs: a lower limit fails every create with libcontainer's
+/// message. 4 MiB leaves that room several times over and still runs a
+/// static program; `python3 -c pass` needs about 4 MiB.
+pub const MIN_MEMORY: u64 = 4 << 20;
+
+/// What to say to a person whose option was below [`MIN_MEMORY`].
+pub const MIN_MEMORY_FIX: &str = "give at least 4M (a number without K, M or G is bytes: 512M, 2G)";
+
+/// Why `bytes` cannot be a sandbox's memory limit, if it cannot.
+pub fn check_memory(bytes: u64) -> Result<(), String> {
+    if bytes >= MIN_MEMORY {
+        return Ok(());
+    }
+    Err(format!(
+        "{bytes} bytes is below {MIN_MEMORY} (4M), the least memory a sandbox is given: its \
+         own processes hold about 0.5M before its command starts"
+    ))
+}
+
 impl Profile {
     /// Parses a profile; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self, PolicyError> {

@@ -599,6 +599,18 @@ fn bad_inputs_are_refused(fx: Fixture) {
             125,
             "--allow-host or --allow: allowlist entry \"bad host!\": host name holds a character",
         ),
+        // Bytes, where megabytes were meant: no sandbox starts in 512
+        // bytes (libcontainer's own error, exit 123, before the floor).
+        (
+            vec![
+                "--memory".into(),
+                "512".into(),
+                "--rootfs".into(),
+                rootfs.clone(),
+            ],
+            125,
+            "--memory \"512\": 512 bytes is below 4194304 (4M)",
+        ),
     ];
     for (opts, code, message) in cases {
         let mut args = vec!["call".to_owned()];

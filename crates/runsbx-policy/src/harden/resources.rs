@@ -14,10 +14,22 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     let mut resources = before.clone().unwrap_or_default();
 
     let mut memory = (*resources.memory()).unwrap_or_default();
-    let limit = memory
-        .limit()
-        .filter(|l| *l > 0)
-        .map_or(memory_max, |l| l.min(memory_max));
+    let spec_limit = memory.limit().filter(|l| *l > 0);
+    let limit = spec_limit.map_or(memory_max, |l| l.min(memory_max));
+    // Refused here rather than left to fail in libcontainer, with the
+    // setting that asked for it named.
+    if let Err(reason) = crate::profile::check_memory(u64::try_from(limit).unwrap_or(0)) {
+        let field = if spec_limit == Some(limit) {
+            "linux.resources.memory.limit".to_owned()
+        } else if cx.overrides.memory.is_some() {
+            // A call's --memory is refused where it is parsed, with its
+            // flag: what reaches here is an annotation's.
+            "runsbx.limits.memory".to_owned()
+        } else {
+            format!("limits.memory of profile `{}`", cx.profile.name)
+        };
+        return Err(PolicyError::Invalid { field, reason });
+    }
     memory.set_limit(Some(limit));
     // A process past the limit is killed, not left hanging: the OOM killer
     // stays on (libcontainer 0.7 would not apply this field either).

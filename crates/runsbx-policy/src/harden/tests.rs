@@ -650,6 +650,58 @@ fn annotations_only_tighten() {
     assert_eq!(nofile, profile().limits.nofile);
 }
 
+/// A memory limit too low for any sandbox to start in is refused, naming
+/// the setting that asked for it; the least one is taken.
+#[test]
+fn a_memory_limit_below_the_floor_is_refused_by_its_name() {
+    use crate::profile::MIN_MEMORY;
+    let with_limit = |bytes: i64| {
+        let mut spec = load("containerd.json");
+        let mut memory = oci_spec::runtime::LinuxMemory::default();
+        memory.set_limit(Some(bytes));
+        let mut resources = oci_spec::runtime::LinuxResources::default();
+        resources.set_memory(Some(memory));
+        spec.linux_mut()
+            .as_mut()
+            .unwrap()
+            .set_resources(Some(resources));
+        spec
+    };
+    let field = |r: Result<crate::Hardened, PolicyError>| match r {
+        Err(PolicyError::Invalid { field, reason }) => {
+            assert!(reason.contains("below 4194304 (4M)"), "{reason}");
+            field
+        }
+        other => panic!("not refused as invalid: {other:?}"),
+    };
+    let floor = MIN_MEMORY as i64;
+    let r = harden(with_limit(floor - 1), &profile(), &as_root());
+    assert_eq!(field(r), "linux.resources.memory.limit");
+    harden(with_limit(floor), &profile(), &as_root()).unwrap();
+    // Rootless on cgroup v1 the limit is not applied, and still refused:
+    // the same spec must not be valid on one host and not on another.
+    let r = harden(with_limit(100 << 10), &profile(), &rootless());
+    assert_eq!(field(r), "linux.resources.memory.limit");
+
+    let mut spec = load("containerd.json");
+    spec.set_annotations(Some(HashMap::from([(
+        "runsbx.limits.memory".to_owned(),
+        "512".to_owned(),
+    )])));
+    assert_eq!(
+        field(harden(spec, &profile(), &as_root())),
+        "runsbx.limits.memory"
+    );
+
+    let mut small = profile();
+    small.limits.memory = crate::profile::Size(1 << 20);
+    let r = harden(load("containerd.json"), &small, &as_root());
+    assert_eq!(
+        field(r),
+        format!("limits.memory of profile `{}`", small.name)
+    );
+}
+
 const CAPS: &[Capability] = &[
     Capability::SysAdmin,
     Capability::NetAdmin,
@@ -738,8 +790,19 @@ proptest! {
     fn never_widens_and_is_idempotent(spec in arb_spec(), root in proptest::bool::ANY) {
         let host = if root { as_root() } else { rootless() };
         let p = profile();
+        let asked = spec
+            .linux()
+            .as_ref()
+            .and_then(|l| l.resources().as_ref())
+            .and_then(|r| r.memory().as_ref())
+            .and_then(|m| m.limit())
+            .filter(|l| *l > 0);
         match harden(spec, &p, &host) {
             Err(PolicyError::Refused { .. }) => {}
+            // A limit no sandbox could start in (see MIN_MEMORY).
+            Err(PolicyError::Invalid { field, .. }) if field == "linux.resources.memory.limit" => {
+                prop_assert!(asked.is_some_and(|l| (l as u64) < crate::profile::MIN_MEMORY));
+            }
             Err(e) => prop_assert!(false, "unexpected error {e}"),
             Ok(out) => {
                 verify(&out.spec, &p, &host).map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -757,6 +820,7 @@ proptest! {
                 let linux = out.spec.linux().as_ref().unwrap();
                 let mem = linux.resources().as_ref().unwrap().memory().as_ref().unwrap().limit().unwrap();
                 prop_assert!(mem as u64 <= p.limits.memory.0);
+                prop_assert!(mem as u64 >= crate::profile::MIN_MEMORY);
                 for typ in crate::harden::REQUIRED_NAMESPACES {
                     prop_assert!(linux.namespaces().iter().flatten().any(|n| n.typ() == *typ && n.path().is_none()));
                 }

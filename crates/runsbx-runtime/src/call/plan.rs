@@ -327,7 +327,11 @@ pub(super) fn overrides(req: &CallRequest) -> Result<Overrides> {
         .as_deref()
         .map(|m| {
             runsbx_policy::profile::parse_size(m)
-                .map(Size)
+                .and_then(|bytes| {
+                    runsbx_policy::profile::check_memory(bytes)
+                        .map(|()| Size(bytes))
+                        .map_err(|e| format!("{e}; {}", runsbx_policy::profile::MIN_MEMORY_FIX))
+                })
                 .map_err(|e| RuntimeError::invalid(format!("--memory {m:?}"), e))
         })
         .transpose()?;

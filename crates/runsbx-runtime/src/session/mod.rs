@@ -151,6 +151,12 @@ impl Sessions {
                 ),
             ));
         }
+        if let Some(bytes) = new.memory {
+            runsbx_policy::profile::check_memory(bytes).map_err(|e| {
+                let fix = runsbx_policy::profile::MIN_MEMORY_FIX;
+                RuntimeError::invalid("--memory", format!("{e}; {fix}"))
+            })?;
+        }
         if let Some(egress) = &new.egress {
             runsbx_proxy::Allowlist::parse(&egress.allow)
                 .map_err(|e| RuntimeError::invalid("--allow-host or --allow", e.to_string()))?;
