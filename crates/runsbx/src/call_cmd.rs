@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Result;
 use clap::Args;
 use runsbx_runtime::call::{self, CallRequest, LiveOutput, StdinFrom};
-use runsbx_runtime::StateRoot;
+use runsbx_runtime::{RuntimeError, StateRoot};
 
 /// Run one command in a fresh sandbox and report how it went
 #[derive(Args, Debug)]
@@ -430,24 +430,29 @@ pub struct EgressArgs {
 impl EgressArgs {
     /// Egress is on when any host is allowed; the overrides alone open
     /// nothing.
-    pub fn plan(&self) -> Result<Option<runsbx_policy::EgressPlan>> {
+    /// The egress these options ask for; a bad option is invalid input.
+    pub fn plan(&self) -> Result<Option<runsbx_policy::EgressPlan>, RuntimeError> {
         use runsbx_policy::request_rule::Entry;
         // One list for the proxy; each flag keeps to its own form so that
         // a typo never widens a request rule into a whole host.
         for host in &self.allow_host {
             if Entry::parse(host).is_ok_and(|e| e.rule.is_some()) {
-                anyhow::bail!(
-                    "--allow-host {host:?} names methods or a path: use --allow for that"
-                );
+                return Err(invalid(
+                    format!("--allow-host {host:?}"),
+                    "names methods or a path: use --allow for that",
+                ));
             }
         }
         for rule in &self.allow {
             match Entry::parse(rule) {
-                Err(reason) => anyhow::bail!("--allow {rule:?}: {reason}"),
-                Ok(e) if e.rule.is_none() => anyhow::bail!(
-                    "--allow {rule:?} names no method or path: write \"METHODS NAME[:PORT]/PATH\", \
-                     or allow the host whole with --allow-host"
-                ),
+                Err(reason) => return Err(invalid(format!("--allow {rule:?}"), reason)),
+                Ok(e) if e.rule.is_none() => {
+                    return Err(invalid(
+                        format!("--allow {rule:?}"),
+                        "names no method or path: write \"METHODS NAME[:PORT]/PATH\", \
+                         or allow the host whole with --allow-host",
+                    ))
+                }
                 Ok(_) => {}
             }
         }
@@ -463,10 +468,13 @@ fn egress(
     allow: Vec<String>,
     resolve: &[String],
     allow_addresses: Vec<std::net::SocketAddr>,
-) -> Result<Option<runsbx_policy::EgressPlan>> {
+) -> Result<Option<runsbx_policy::EgressPlan>, RuntimeError> {
     if allow.is_empty() {
         if !resolve.is_empty() || !allow_addresses.is_empty() {
-            anyhow::bail!("--proxy-resolve and --proxy-allow-address need --allow-host or --allow");
+            return Err(invalid(
+                "--proxy-resolve and --proxy-allow-address",
+                "need --allow-host or --allow",
+            ));
         }
         return Ok(None);
     }
@@ -478,16 +486,23 @@ fn egress(
     for r in resolve {
         let (name, ip) = r
             .split_once('=')
-            .ok_or_else(|| anyhow::anyhow!("--proxy-resolve {r:?}: use NAME=IP"))?;
-        let ip = ip
-            .parse()
-            .map_err(|e| anyhow::anyhow!("--proxy-resolve {r:?}: {e}"))?;
+            .ok_or_else(|| invalid(format!("--proxy-resolve {r:?}"), "use NAME=IP"))?;
+        let ip = ip.parse().map_err(|e: std::net::AddrParseError| {
+            invalid(format!("--proxy-resolve {r:?}"), e.to_string())
+        })?;
         plan.resolve
             .entry(name.to_ascii_lowercase())
             .or_default()
             .push(ip);
     }
     Ok(Some(plan))
+}
+
+fn invalid(what: impl Into<String>, reason: impl Into<String>) -> RuntimeError {
+    RuntimeError::InvalidArgument {
+        what: what.into(),
+        reason: reason.into(),
+    }
 }
 
 pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<()> {

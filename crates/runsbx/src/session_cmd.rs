@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use runsbx_runtime::session::{NewSession, Sessions, Settings};
 use runsbx_runtime::sys::userns;
+use runsbx_runtime::RuntimeError;
 
 #[derive(Subcommand, Debug)]
 pub enum SessionCmd {
@@ -139,18 +140,23 @@ pub fn run(cmd: SessionCmd, config: Option<PathBuf>) -> Result<i32> {
     Ok(0)
 }
 
+/// The session's settings from its options; a bad one is invalid input
+/// (exit 3), as every other refusal of `session create` is.
 fn new_session(c: &Create, config: Option<PathBuf>) -> Result<NewSession> {
-    let size = |flag: &str, text: &str| -> Result<u64> {
+    let invalid = |what: String, reason: String| RuntimeError::InvalidArgument { what, reason };
+    let size = |flag: &str, text: &str| {
         runsbx_policy::profile::parse_size(text)
-            .map_err(|e| anyhow::anyhow!("--{flag} {text:?}: {e}"))
+            .map_err(|e| invalid(format!("--{flag} {text:?}"), e))
     };
+    let timeout = runsbx_policy::profile::parse_duration(&c.timeout)
+        .map_err(|e| invalid(format!("--timeout {:?}", c.timeout), e))?;
     Ok(NewSession {
         name: c.name.clone(),
         image: c.image.clone(),
         disk: Some(size("disk", &c.disk)?),
         memory: c.memory.as_deref().map(|m| size("memory", m)).transpose()?,
         pids: c.pids,
-        timeout: crate::call_cmd::parse_duration(&c.timeout)?,
+        timeout,
         egress: c.egress.plan()?,
         profile: c.profile.clone(),
         data_dir: c.store.data_dir.clone(),

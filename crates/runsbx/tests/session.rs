@@ -321,6 +321,23 @@ fn calls_may_only_tighten(fx: Fixture) {
     let out = fx.run(["session", "create", &s.name]);
     assert_eq!(out.code, 5, "{out:?}");
     assert!(out.stderr.contains("exists already"), "{out:?}");
+    // A bad option is invalid input, as a bad name is (each was exit 1),
+    // and a memory limit no call could start in is refused at create,
+    // not at each call (exit 123 there, before); nothing is made.
+    for (opts, says) in [
+        (["--timeout", "0"], "--timeout \"0\": is not a duration"),
+        (["--disk", "1T"], "--disk \"1T\": \"1T\" is not a size"),
+        (["--allow", "x"], "--allow \"x\": names no method or path"),
+        (
+            ["--memory", "1M"],
+            "--memory: 1048576 bytes is below 4194304 (4M)",
+        ),
+    ] {
+        let out = fx.run(["session", "create", "--json", opts[0], opts[1], "bad-opt"]);
+        assert_eq!(out.code, 3, "{opts:?}: {out:?}");
+        assert!(out.stderr.contains(says), "{opts:?}: {out:?}");
+    }
+    assert_eq!(fx.run(["session", "rm", "bad-opt"]).code, 4);
     let out = fx.run(["session", "rm", "no-such-session"]);
     assert_eq!(out.code, 4, "{out:?}");
     drop(s);
