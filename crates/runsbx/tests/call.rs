@@ -611,6 +611,17 @@ fn bad_inputs_are_refused(fx: Fixture) {
             125,
             "--memory \"512\": 512 bytes is below 4194304 (4M)",
         ),
+        // A directory opens, and the command would only read EISDIR.
+        (
+            vec![
+                "--stdin".into(),
+                fx.dir.path().display().to_string(),
+                "--rootfs".into(),
+                rootfs.clone(),
+            ],
+            125,
+            "is a directory: give a file",
+        ),
     ];
     for (opts, code, message) in cases {
         let mut args = vec!["call".to_owned()];
@@ -644,6 +655,15 @@ fn bad_inputs_are_refused(fx: Fixture) {
     let out = fx.run(["call", "--json", "--rootfs", &rootfs, "--", "/etc/passwd"]);
     assert_eq!(out.code, 126, "{out:?}");
     assert_eq!(out.json()["error"]["kind"], "not_executable");
+    // Not looked for as each directory of PATH (exit 126, before).
+    let out = fx.run(["call", "--json", "--rootfs", &rootfs, "--", ""]);
+    assert_eq!(out.code, 125, "{out:?}");
+    assert_eq!(out.json()["error"]["kind"], "bad_input");
+    let message = &out.json()["error"]["message"];
+    assert!(
+        message.as_str().unwrap().contains("is an empty string"),
+        "{message}"
+    );
     fx.assert_clean();
 }
 as_root_and_rootless!(RUNSBX, bad_inputs_are_refused: bad_input_as_root, bad_input_rootless);

@@ -258,9 +258,17 @@ pub(super) fn open_stdin(from: &StdinFrom) -> Result<OwnedFd> {
             .as_fd()
             .try_clone_to_owned()
             .map_err(|e| RuntimeError::io("dup stdin", e))?,
-        StdinFrom::File(p) => File::open(p)
-            .map_err(|e| RuntimeError::invalid(format!("--stdin {p:?}"), e.to_string()))?
-            .into(),
+        StdinFrom::File(p) => {
+            let bad = |reason: String| RuntimeError::invalid(format!("--stdin {p:?}"), reason);
+            let file = File::open(p).map_err(|e| bad(e.to_string()))?;
+            // A directory opens, and its reader would only get EISDIR.
+            if file.metadata().map_err(|e| bad(e.to_string()))?.is_dir() {
+                return Err(bad(
+                    "is a directory: give a file, or - for runsbx's own stdin".to_owned(),
+                ));
+            }
+            file.into()
+        }
     })
 }
 

@@ -128,6 +128,13 @@ pub fn check_command(
     mounted: &[&Path],
 ) -> Result<()> {
     use std::os::fd::{AsFd, AsRawFd};
+    if command.is_empty() {
+        // Else it would be looked for as each directory of PATH itself.
+        return Err(RuntimeError::invalid(
+            "the command",
+            "is an empty string: give a program's name or path",
+        ));
+    }
     let root = pathrs::Root::open(rootfs)
         .map_err(|e| RuntimeError::invalid(format!("the rootfs {rootfs:?}"), e.to_string()))?;
     let path = env
