@@ -129,19 +129,18 @@ struct Pool {
 }
 
 pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Result<i32> {
-    let min_available = runsbx_policy::profile::parse_size(&args.min_available)
-        .map_err(|e| anyhow::anyhow!("--min-available {:?}: {e}", args.min_available))?;
-    if let Some(t) = &args.sandbox.timeout {
-        crate::call_cmd::parse_duration(t)?;
-    }
-    let size = match (args.size, &args.sandbox.session) {
-        (Some(n), Some(_)) if n > 1 => anyhow::bail!(
-            "--size {n} with --session: a session's calls run one at a time, so its pool \
-             holds one sandbox (leave --size out)"
-        ),
-        (Some(n), _) => n,
-        (None, Some(_)) => 1,
-        (None, None) => 2,
+    // serve's own settings, and its socket, before anything is started: a
+    // bad one is bad input (exit 125, as settings a cold call refuses).
+    let settings = check(&args).and_then(|(size, min_available)| {
+        let listener = args.socket.as_deref().map(Socket::listen).transpose()?;
+        Ok((size, min_available, listener))
+    });
+    let (size, min_available, listener) = match settings {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("runsbx: error: {e:#}");
+            return Ok(call_exit::BAD_INPUT);
+        }
     };
     // What killed calls and pools left, swept once here rather than by
     // each sandbox's worker (see `run` in runsbx-runtime's call/mod.rs).
@@ -215,8 +214,7 @@ pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Resul
         let pool = pool.clone();
         std::thread::spawn(move || pool.fill());
     }
-    let socket = args.socket.clone();
-    match &socket {
+    match &listener {
         None => {
             let pool = pool.clone();
             std::thread::spawn(move || {
@@ -227,8 +225,8 @@ pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Resul
                 let _ = end_tx.send(());
             });
         }
-        Some(path) => {
-            let listener = listen(path)?;
+        Some(socket) => {
+            let listener = socket.listener.try_clone().context("share the socket")?;
             let pool = pool.clone();
             std::thread::spawn(move || {
                 for conn in listener.incoming().flatten() {
@@ -240,9 +238,7 @@ pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Resul
     }
     let _ = end_rx.recv();
     pool.close();
-    if let Some(path) = socket {
-        let _ = std::fs::remove_file(path);
-    }
+    drop(listener);
     let refused = pool.lock().refused.take();
     match refused {
         Some(why) => {
@@ -263,23 +259,90 @@ fn worker_args(args: &Serve) -> Vec<String> {
     a
 }
 
-/// The socket, made 0600 (only its owner may run calls through it); a
-/// stale one (nobody listening) is replaced.
-fn listen(path: &Path) -> Result<UnixListener> {
-    if path.exists() {
-        if UnixStream::connect(path).is_ok() {
-            anyhow::bail!(
-                "--socket {path:?}: another runsbx serve listens there; stop it or give another path"
-            );
-        }
-        std::fs::remove_file(path).with_context(|| format!("remove the stale socket {path:?}"))?;
+/// serve's own settings: the pool's size and `--min-available` in bytes.
+fn check(args: &Serve) -> Result<(u16, u64)> {
+    let min_available = runsbx_policy::profile::parse_size(&args.min_available)
+        .map_err(|e| anyhow::anyhow!("--min-available {:?}: {e}", args.min_available))?;
+    if let Some(t) = &args.sandbox.timeout {
+        crate::call_cmd::parse_duration(t)?;
     }
-    let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
-    let listener = UnixListener::bind(path);
-    nix::sys::stat::umask(old);
-    let listener = listener.with_context(|| format!("--socket {path:?}: listen"))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-    Ok(listener)
+    let size = match (args.size, &args.sandbox.session) {
+        (Some(n), Some(_)) if n > 1 => anyhow::bail!(
+            "--size {n} with --session: a session's calls run one at a time, so its pool \
+             holds one sandbox (leave --size out)"
+        ),
+        (Some(n), _) => n,
+        (None, Some(_)) => 1,
+        (None, None) => 2,
+    };
+    Ok((size, min_available))
+}
+
+/// The socket serve listens on, removed when dropped if it is still the
+/// one serve made.
+struct Socket {
+    listener: UnixListener,
+    path: PathBuf,
+    /// Its device and inode, to tell it from what may replace it.
+    made: (u64, u64),
+}
+
+impl Socket {
+    /// Made 0600 (only its owner may run calls through it). Only a stale
+    /// socket (nobody listening) is replaced: anything else at the path
+    /// is someone's file, and is refused, never removed.
+    fn listen(path: &Path) -> Result<Self> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.file_type().is_socket() => {
+                if UnixStream::connect(path).is_ok() {
+                    anyhow::bail!(
+                        "--socket {path:?}: another runsbx serve listens there; stop it or give \
+                         another path"
+                    );
+                }
+                std::fs::remove_file(path)
+                    .with_context(|| format!("--socket {path:?}: remove the stale socket"))?;
+            }
+            Ok(_) => anyhow::bail!(
+                "--socket {path:?}: exists and is not a socket; give a path where nothing is \
+                 (runsbx serve replaces only a socket nobody listens on)"
+            ),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => anyhow::bail!("--socket {path:?}: {e}"),
+        }
+        let old = nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o177));
+        let listener = UnixListener::bind(path);
+        nix::sys::stat::umask(old);
+        let listener = listener.with_context(|| format!("--socket {path:?}: listen"))?;
+        let m = match std::fs::symlink_metadata(path) {
+            Ok(m) => m,
+            Err(e) => {
+                let _ = std::fs::remove_file(path);
+                anyhow::bail!("--socket {path:?}: stat the socket: {e}");
+            }
+        };
+        // Removed when dropped, from here on.
+        let socket = Self {
+            listener,
+            path: path.to_owned(),
+            made: (m.dev(), m.ino()),
+        };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("--socket {path:?}: make it 0600"))?;
+        Ok(socket)
+    }
+}
+
+impl Drop for Socket {
+    fn drop(&mut self) {
+        use std::os::unix::fs::MetadataExt;
+        let ours =
+            std::fs::symlink_metadata(&self.path).is_ok_and(|m| (m.dev(), m.ino()) == self.made);
+        if ours {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
 }
 
 fn serve_connection(pool: &Arc<Pool>, conn: UnixStream) {

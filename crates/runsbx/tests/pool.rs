@@ -421,6 +421,89 @@ fn a_refused_template_ends_the_pool(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, a_refused_template_ends_the_pool: refused_template_as_root, refused_template_rootless);
 
+/// `--socket`: requests on a unix socket only its owner may use (0600),
+/// one serve per path, and SIGTERM ends serve and removes its socket.
+/// Anything else at the path (someone's file, a link) is refused and left
+/// as it was; only a stale socket, nobody listening, is replaced.
+fn serve_on_a_socket(fx: Fixture) {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let rootfs = rootfs_arg();
+    let file = fx.dir.path().join("notes.txt");
+    fs::write(&file, "keep me\n").unwrap();
+    let link = fx.dir.path().join("link.sock");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    for taken in [&file, &link] {
+        let taken = taken.to_str().unwrap();
+        let mut cmd = fx.cmd(["serve", "--socket", taken, "--rootfs", &rootfs]);
+        let out = kit::output_within(&mut cmd, Duration::from_secs(30));
+        assert_eq!(out.code, 125, "{out:?}");
+        assert_eq!(out.stderr.lines().count(), 1, "{out:?}");
+        assert!(
+            out.stderr.starts_with("runsbx: error: --socket ")
+                && out.stderr.contains("exists and is not a socket"),
+            "{out:?}"
+        );
+    }
+    // Before, serve took the file for a stale socket and removed it.
+    assert_eq!(fs::read_to_string(&file).unwrap(), "keep me\n");
+    assert!(fs::symlink_metadata(&link).unwrap().is_symlink());
+    fx.assert_clean();
+
+    let path = fx.dir.path().join("serve.sock");
+    let socket = path.to_str().unwrap();
+    // A stale socket (its serve was SIGKILLed, say) is replaced.
+    drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+    let mut cmd = fx.cmd([
+        "serve", "--size", "1", "--socket", socket, "--rootfs", &rootfs,
+    ]);
+    cmd.stdin(Stdio::null()).process_group(0);
+    let mut serve = kit::spawn(&mut cmd);
+    let start = std::time::Instant::now();
+    let conn = loop {
+        match std::os::unix::net::UnixStream::connect(&path) {
+            Ok(conn) => break conn,
+            Err(e) => assert!(start.elapsed() < Duration::from_secs(30), "{e}"),
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let meta = fs::symlink_metadata(&path).unwrap();
+    assert!(meta.file_type().is_socket());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    let argv = [
+        "--json",
+        "--rootfs",
+        &rootfs,
+        "--",
+        "echo",
+        "over the socket",
+    ];
+    let line = json!({"id": 1, "argv": argv, "stdin": null}).to_string();
+    writeln!(&conn, "{line}").unwrap();
+    let mut reply = String::new();
+    BufReader::new(&conn).read_line(&mut reply).unwrap();
+    let r: Value = serde_json::from_str(&reply).unwrap();
+    assert_eq!(r["id"], 1, "{r}");
+    assert_eq!(r["warm"], true, "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(r["result"]["stdout"]["data"], "over the socket\n", "{r}");
+    drop(conn);
+    // One serve per path.
+    let mut cmd = fx.cmd(["serve", "--socket", socket, "--rootfs", &rootfs]);
+    let out = kit::output_within(&mut cmd, Duration::from_secs(30));
+    assert_eq!(out.code, 125, "{out:?}");
+    assert!(
+        out.stderr.contains("another runsbx serve listens there"),
+        "{out:?}"
+    );
+    let pid = nix::unistd::Pid::from_raw(serve.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    let status = wait_within(&mut serve, Duration::from_secs(60));
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    assert!(fs::symlink_metadata(&path).is_err(), "the socket is left");
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, serve_on_a_socket: socket_as_root, socket_rootless);
+
 fn requests_that_do_not_fit_run_cold(fx: Fixture) {
     let rootfs = rootfs_arg();
     let mut pool = Serve::start(&fx, 1);
