@@ -102,14 +102,22 @@ class CallErrorTest(RunsbxTestCase):
         self.assert_call_error(cm, "not_executable", 126)
 
     def test_failure(self) -> None:
-        # runsbx fails on the host copying an input that is a fifo.
+        # runsbx fails on the host reading an input: the kernel answers
+        # EIO to a read of a process's memory at address 0.
+        mem = pathlib.Path("/proc/self/mem")
+        with self.assertRaises(runsbx.Failure) as cm:
+            runsbx.run(["true"], rootfs=self.rootfs, files={"f": mem})
+        self.assert_call_error(cm, "failure", 123)
+        self.assertIn("--input", str(cm.exception))
+
+    def test_an_input_a_workspace_cannot_hold(self) -> None:
         with tempfile.TemporaryDirectory() as d:
             fifo = os.path.join(d, "fifo")
             os.mkfifo(fifo)
-            with self.assertRaises(runsbx.Failure) as cm:
+            with self.assertRaises(runsbx.BadInput) as cm:
                 runsbx.run(["true"], rootfs=self.rootfs, files={"f": pathlib.Path(fifo)})
-        self.assert_call_error(cm, "failure", 123)
-        self.assertIn("--input", str(cm.exception))
+        self.assert_call_error(cm, "bad_input", 125)
+        self.assertIn("is not a regular file, directory or symlink", str(cm.exception))
 
     def test_type_errors(self) -> None:
         for kwargs in [

@@ -543,6 +543,8 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
 fn bad_inputs_are_refused(fx: Fixture) {
     let rootfs = kit::rootfs().to_str().unwrap().to_owned();
     let data = fx.dir.path().join("data");
+    let fifo = fx.dir.path().join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
     let cases: Vec<(Vec<String>, i32, &str)> = vec![
         (
             vec![
@@ -610,6 +612,17 @@ fn bad_inputs_are_refused(fx: Fixture) {
             ],
             125,
             "--memory \"512\": 512 bytes is below 4194304 (4M)",
+        ),
+        // Not something a workspace holds (a host failure, 123, before).
+        (
+            vec![
+                "--input".into(),
+                fifo.display().to_string(),
+                "--rootfs".into(),
+                rootfs.clone(),
+            ],
+            125,
+            "is not a regular file, directory or symlink: give files, directories and links",
         ),
         // A directory opens, and the command would only read EISDIR.
         (

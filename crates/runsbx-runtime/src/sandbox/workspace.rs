@@ -147,31 +147,30 @@ impl Workspace {
                 format!("{e} (give an existing file or directory)"),
             )
         })?;
+        // What the input holds is the caller's to change: a fifo or a
+        // device in it, or more than the workspace takes, is bad input.
+        let failed = |e: io::Error| {
+            let what = format!("--input {:?}", input.host);
+            if e.kind() == io::ErrorKind::InvalidInput {
+                RuntimeError::invalid(what, format!("{e}: give files, directories and links"))
+            } else if e.raw_os_error() == Some(libc::ENOSPC) {
+                RuntimeError::invalid(
+                    what,
+                    "the inputs exceed the workspace size of the profile (give less)",
+                )
+            } else {
+                RuntimeError::io(format!("copy {what} into the workspace"), e)
+            }
+        };
         if let Kind::Session { owner } = self.kind {
-            return confined::copy_in(&self.dir, &input.host, &input.dest, &meta, owner).map_err(
-                |e| {
-                    RuntimeError::io(
-                        format!("copy --input {:?} into the workspace", input.host),
-                        e,
-                    )
-                },
-            );
+            return confined::copy_in(&self.dir, &input.host, &input.dest, &meta, owner)
+                .map_err(failed);
         }
         if let Some(parent) = target.parent() {
             fs::create_dir_all(parent)
                 .map_err(|e| RuntimeError::io(format!("create {parent:?} in the workspace"), e))?;
         }
-        copy_tree(&input.host, &target, &meta).map_err(|e| {
-            let hint = if e.raw_os_error() == Some(libc::ENOSPC) {
-                " (the inputs exceed the workspace size of the profile)"
-            } else {
-                ""
-            };
-            RuntimeError::io(
-                format!("copy --input {:?} into the workspace{hint}", input.host),
-                e,
-            )
-        })
+        copy_tree(&input.host, &target, &meta).map_err(failed)
     }
 
     /// Gives the workspace and what was copied in to the root of the
