@@ -255,7 +255,8 @@ impl RuntimeError {
         }
     }
 
-    pub(crate) fn invalid(what: impl Into<String>, reason: impl Into<String>) -> Self {
+    /// Bad input (exit code 3; a call's 125), with the object named.
+    pub fn invalid(what: impl Into<String>, reason: impl Into<String>) -> Self {
         Self::InvalidArgument {
             what: what.into(),
             reason: reason.into(),

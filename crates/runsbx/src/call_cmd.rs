@@ -428,16 +428,15 @@ pub struct EgressArgs {
 }
 
 impl EgressArgs {
-    /// Egress is on when any host is allowed; the overrides alone open
-    /// nothing.
-    /// The egress these options ask for; a bad option is invalid input.
+    /// The egress these options ask for (a bad option is invalid input):
+    /// on when any host is allowed; the overrides alone open nothing.
     pub fn plan(&self) -> Result<Option<runsbx_policy::EgressPlan>, RuntimeError> {
         use runsbx_policy::request_rule::Entry;
         // One list for the proxy; each flag keeps to its own form so that
         // a typo never widens a request rule into a whole host.
         for host in &self.allow_host {
             if Entry::parse(host).is_ok_and(|e| e.rule.is_some()) {
-                return Err(invalid(
+                return Err(RuntimeError::invalid(
                     format!("--allow-host {host:?}"),
                     "names methods or a path: use --allow for that",
                 ));
@@ -445,9 +444,11 @@ impl EgressArgs {
         }
         for rule in &self.allow {
             match Entry::parse(rule) {
-                Err(reason) => return Err(invalid(format!("--allow {rule:?}"), reason)),
+                Err(reason) => {
+                    return Err(RuntimeError::invalid(format!("--allow {rule:?}"), reason))
+                }
                 Ok(e) if e.rule.is_none() => {
-                    return Err(invalid(
+                    return Err(RuntimeError::invalid(
                         format!("--allow {rule:?}"),
                         "names no method or path: write \"METHODS NAME[:PORT]/PATH\", \
                          or allow the host whole with --allow-host",
@@ -471,7 +472,7 @@ fn egress(
 ) -> Result<Option<runsbx_policy::EgressPlan>, RuntimeError> {
     if allow.is_empty() {
         if !resolve.is_empty() || !allow_addresses.is_empty() {
-            return Err(invalid(
+            return Err(RuntimeError::invalid(
                 "--proxy-resolve and --proxy-allow-address",
                 "need --allow-host or --allow",
             ));
@@ -484,11 +485,11 @@ fn egress(
         ..Default::default()
     };
     for r in resolve {
-        let (name, ip) = r
-            .split_once('=')
-            .ok_or_else(|| invalid(format!("--proxy-resolve {r:?}"), "use NAME=IP"))?;
+        let (name, ip) = r.split_once('=').ok_or_else(|| {
+            RuntimeError::invalid(format!("--proxy-resolve {r:?}"), "use NAME=IP")
+        })?;
         let ip = ip.parse().map_err(|e: std::net::AddrParseError| {
-            invalid(format!("--proxy-resolve {r:?}"), e.to_string())
+            RuntimeError::invalid(format!("--proxy-resolve {r:?}"), e.to_string())
         })?;
         plan.resolve
             .entry(name.to_ascii_lowercase())
@@ -496,13 +497,6 @@ fn egress(
             .push(ip);
     }
     Ok(Some(plan))
-}
-
-fn invalid(what: impl Into<String>, reason: impl Into<String>) -> RuntimeError {
-    RuntimeError::InvalidArgument {
-        what: what.into(),
-        reason: reason.into(),
-    }
 }
 
 pub(crate) fn print_json(value: &impl serde::Serialize) -> Result<()> {

@@ -237,9 +237,11 @@ fn update_resources(a: &liboci_cli::Update) -> Result<LinuxResources> {
             std::fs::read_to_string(path).with_context(|| format!("read resources {path:?}"))?
         };
         return serde_json::from_str(&text)
-            .map_err(|e| runsbx_runtime::RuntimeError::InvalidArgument {
-                what: format!("resources {path:?}"),
-                reason: format!("not a valid linux.resources object: {e}"),
+            .map_err(|e| {
+                runsbx_runtime::RuntimeError::invalid(
+                    format!("resources {path:?}"),
+                    format!("not a valid linux.resources object: {e}"),
+                )
             })
             .map_err(Into::into);
     }

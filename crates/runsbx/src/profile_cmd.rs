@@ -48,7 +48,7 @@ pub fn run(cmd: ProfileCmd, config: Option<PathBuf>) -> Result<i32> {
             }
             let base = Policy::load(config.as_deref())?.profile;
             let text = suggest::render(&base, &name, &obs)
-                .map_err(|e| invalid("runsbx profile suggest", e.to_string()))?;
+                .map_err(|e| RuntimeError::invalid("runsbx profile suggest", e.to_string()))?;
             match output {
                 None => std::io::stdout().write_all(text.as_bytes())?,
                 Some(path) => write_new(&path, &text)?,
@@ -123,7 +123,7 @@ struct SyscallDenied {
 
 /// Adds what the record at `path` saw to `obs`.
 fn read_record(path: &Path, obs: &mut Observations) -> Result<()> {
-    let bad = |reason: String| invalid(format!("record {path:?}"), reason);
+    let bad = |reason: String| RuntimeError::invalid(format!("record {path:?}"), reason);
     let text = std::fs::read(path).map_err(|e| bad(format!("cannot be read: {e}")))?;
     let record: Record = serde_json::from_slice(&text)
         .map_err(|e| bad(format!("is not a call result or learn record ({e})")))?;
@@ -178,14 +178,6 @@ fn read_record(path: &Path, obs: &mut Observations) -> Result<()> {
     Ok(())
 }
 
-/// Bad input: exit code 3, with the object named.
-fn invalid(what: impl Into<String>, reason: impl Into<String>) -> RuntimeError {
-    RuntimeError::InvalidArgument {
-        what: what.into(),
-        reason: reason.into(),
-    }
-}
-
 /// Writes `text` to `path`, which must not exist.
 fn write_new(path: &Path, text: &str) -> Result<()> {
     let mut file = std::fs::OpenOptions::new()
@@ -193,7 +185,7 @@ fn write_new(path: &Path, text: &str) -> Result<()> {
         .create_new(true)
         .open(path)
         .map_err(|e| {
-            invalid(
+            RuntimeError::invalid(
                 format!("--output {path:?}"),
                 format!("{e} (name a file that does not exist yet)"),
             )

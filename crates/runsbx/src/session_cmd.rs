@@ -143,13 +143,12 @@ pub fn run(cmd: SessionCmd, config: Option<PathBuf>) -> Result<i32> {
 /// The session's settings from its options; a bad one is invalid input
 /// (exit 3), as every other refusal of `session create` is.
 fn new_session(c: &Create, config: Option<PathBuf>) -> Result<NewSession> {
-    let invalid = |what: String, reason: String| RuntimeError::InvalidArgument { what, reason };
     let size = |flag: &str, text: &str| {
         runsbx_policy::profile::parse_size(text)
-            .map_err(|e| invalid(format!("--{flag} {text:?}"), e))
+            .map_err(|e| RuntimeError::invalid(format!("--{flag} {text:?}"), e))
     };
     let timeout = runsbx_policy::profile::parse_duration(&c.timeout)
-        .map_err(|e| invalid(format!("--timeout {:?}", c.timeout), e))?;
+        .map_err(|e| RuntimeError::invalid(format!("--timeout {:?}", c.timeout), e))?;
     Ok(NewSession {
         name: c.name.clone(),
         image: c.image.clone(),

@@ -151,7 +151,8 @@ impl Workspace {
         // device in it, or more than the workspace takes, is bad input.
         let failed = |e: io::Error| {
             let what = format!("--input {:?}", input.host);
-            if e.kind() == io::ErrorKind::InvalidInput {
+            // The copy's own refusal; a kernel's EINVAL is a failure.
+            if e.kind() == io::ErrorKind::InvalidInput && e.raw_os_error().is_none() {
                 RuntimeError::invalid(what, format!("{e}: give files, directories and links"))
             } else if e.raw_os_error() == Some(libc::ENOSPC) {
                 RuntimeError::invalid(
