@@ -272,9 +272,6 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// static program; `python3 -c pass` needs about 4 MiB.
 pub const MIN_MEMORY: u64 = 4 << 20;
 
-/// What to say to a person whose option was below [`MIN_MEMORY`].
-pub const MIN_MEMORY_FIX: &str = "give at least 4M (a number without K, M or G is bytes: 512M, 2G)";
-
 /// Why `bytes` cannot be a sandbox's memory limit, if it cannot.
 pub fn check_memory(bytes: u64) -> Result<(), String> {
     if bytes >= MIN_MEMORY {
@@ -284,6 +281,14 @@ pub fn check_memory(bytes: u64) -> Result<(), String> {
         "{bytes} bytes is below {MIN_MEMORY} (4M), the least memory a sandbox is given: its \
          own processes hold about 0.5M before its command starts"
     ))
+}
+
+/// [`check_memory`] of an option a person typed: the refusal says how to
+/// write it.
+pub fn check_memory_option(bytes: u64) -> Result<(), String> {
+    check_memory(bytes).map_err(|e| {
+        format!("{e}; give at least 4M (a number without K, M or G is bytes: 512M, 2G)")
+    })
 }
 
 impl Profile {

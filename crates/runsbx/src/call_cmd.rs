@@ -281,9 +281,10 @@ pub(crate) fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest
 }
 
 /// Parses a duration: `30s`, `1.5s`, `500ms`, `2m`, `1h`, or plain seconds.
-pub(crate) fn parse_duration(text: &str) -> Result<Duration> {
+/// A bad one is invalid input (`--timeout` is each command's deadline).
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, RuntimeError> {
     runsbx_policy::profile::parse_duration(text)
-        .map_err(|reason| anyhow::anyhow!("--timeout {text:?}: {reason}"))
+        .map_err(|reason| RuntimeError::invalid(format!("--timeout {text:?}"), reason))
 }
 
 /// Parses `KEY=VALUE` for `--env`.

@@ -147,15 +147,13 @@ fn new_session(c: &Create, config: Option<PathBuf>) -> Result<NewSession> {
         runsbx_policy::profile::parse_size(text)
             .map_err(|e| RuntimeError::invalid(format!("--{flag} {text:?}"), e))
     };
-    let timeout = runsbx_policy::profile::parse_duration(&c.timeout)
-        .map_err(|e| RuntimeError::invalid(format!("--timeout {:?}", c.timeout), e))?;
     Ok(NewSession {
         name: c.name.clone(),
         image: c.image.clone(),
         disk: Some(size("disk", &c.disk)?),
         memory: c.memory.as_deref().map(|m| size("memory", m)).transpose()?,
         pids: c.pids,
-        timeout,
+        timeout: crate::call_cmd::parse_duration(&c.timeout)?,
         egress: c.egress.plan()?,
         profile: c.profile.clone(),
         data_dir: c.store.data_dir.clone(),

@@ -336,9 +336,7 @@ pub(super) fn overrides(req: &CallRequest) -> Result<Overrides> {
         .map(|m| {
             runsbx_policy::profile::parse_size(m)
                 .and_then(|bytes| {
-                    runsbx_policy::profile::check_memory(bytes)
-                        .map(|()| Size(bytes))
-                        .map_err(|e| format!("{e}; {}", runsbx_policy::profile::MIN_MEMORY_FIX))
+                    runsbx_policy::profile::check_memory_option(bytes).map(|()| Size(bytes))
                 })
                 .map_err(|e| RuntimeError::invalid(format!("--memory {m:?}"), e))
         })

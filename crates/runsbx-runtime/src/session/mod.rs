@@ -152,10 +152,8 @@ impl Sessions {
             ));
         }
         if let Some(bytes) = new.memory {
-            runsbx_policy::profile::check_memory(bytes).map_err(|e| {
-                let fix = runsbx_policy::profile::MIN_MEMORY_FIX;
-                RuntimeError::invalid("--memory", format!("{e}; {fix}"))
-            })?;
+            runsbx_policy::profile::check_memory_option(bytes)
+                .map_err(|e| RuntimeError::invalid("--memory", e))?;
         }
         if let Some(egress) = &new.egress {
             runsbx_proxy::Allowlist::parse(&egress.allow)
