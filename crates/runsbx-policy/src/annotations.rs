@@ -160,39 +160,69 @@ pub fn requested_limits(
     Overrides::from_annotations(annotations)?.limits(base)
 }
 
-/// The profile that applies: the operator's, or the one requested (by
-/// `runsbx.profile`, or a call's `--profile`) when the operator made it
-/// selectable and it is at least as strict.
-/// `load` gives the named profile.
-pub fn choose_profile(
+/// Where a request for a profile other than the operator's came from, so
+/// that its refusal names what the caller wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProfileAsker {
+    /// A spec's `runsbx.profile` annotation (an engine's container).
+    Annotation,
+    /// `--profile` of `runsbx call` or `runsbx session create`.
+    Flag,
+}
+
+impl ProfileAsker {
+    fn refusal(self, name: &str, reason: String) -> PolicyError {
+        match self {
+            Self::Annotation => PolicyError::Annotation {
+                key: PROFILE.to_owned(),
+                value: name.to_owned(),
+                reason,
+            },
+            Self::Flag => PolicyError::Invalid {
+                field: format!("--profile {name:?}"),
+                reason,
+            },
+        }
+    }
+}
+
+/// The profile that applies: the operator's, or the one requested when the
+/// operator made it selectable and it is at least as strict. `load` gives
+/// the named profile; its error is returned as it is.
+pub fn choose_profile<E: From<PolicyError>>(
     requested: Option<&str>,
+    asker: ProfileAsker,
     config: &OperatorConfig,
     operator_profile: Profile,
-    load: impl FnOnce(&str) -> Result<Profile, PolicyError>,
-) -> Result<Profile, PolicyError> {
+    load: impl FnOnce(&str) -> Result<Profile, E>,
+) -> Result<Profile, E> {
     let Some(name) = requested else {
         return Ok(operator_profile);
     };
     if name == operator_profile.name {
         return Ok(operator_profile);
     }
-    let bad = |reason: String| PolicyError::Annotation {
-        key: PROFILE.to_owned(),
-        value: name.to_owned(),
-        reason,
-    };
     if !config.selectable.iter().any(|s| s == name) {
-        return Err(bad(format!(
-            "not one of the profiles the operator made selectable ({:?})",
-            config.selectable
-        )));
+        let reason = if config.selectable.is_empty() {
+            "the operator made no profile selectable (an operator lists them under `selectable` \
+             in the operator config)"
+                .to_owned()
+        } else {
+            format!(
+                "not one of the profiles the operator made selectable: {}",
+                config.selectable.join(", ")
+            )
+        };
+        return Err(asker.refusal(name, reason).into());
     }
     let chosen = load(name)?;
     if !chosen.at_least_as_strict_as(&operator_profile) {
-        return Err(bad(format!(
-            "profile `{name}` allows more than the operator's `{}`; annotations may only tighten",
+        let reason = format!(
+            "profile `{name}` allows more than the operator's `{}`, and a profile chosen here may \
+             only tighten it",
             operator_profile.name
-        )));
+        );
+        return Err(asker.refusal(name, reason).into());
     }
     Ok(chosen)
 }
@@ -365,14 +395,27 @@ mod tests {
                 wide.clone()
             })
         };
+        let by = ProfileAsker::Annotation;
         assert_eq!(
-            choose_profile(None, &config, default.clone(), load)?.name,
+            choose_profile(None, by, &config, default.clone(), load)?.name,
             "default"
         );
-        let picked = choose_profile(Some("strict"), &config, default.clone(), load)?;
+        let picked = choose_profile(Some("strict"), by, &config, default.clone(), load)?;
         assert_eq!(picked.name, "strict");
-        assert!(choose_profile(Some("wide"), &config, default.clone(), load).is_err());
-        assert!(choose_profile(Some("other"), &config, default, load).is_err());
+        assert!(matches!(
+            choose_profile(Some("wide"), by, &config, default.clone(), load),
+            Err(PolicyError::Annotation { reason, .. }) if reason.contains("may only tighten")
+        ));
+        // A flag's refusal names the flag, and lists what may be chosen.
+        let refused = choose_profile(Some("other"), ProfileAsker::Flag, &config, default, load);
+        assert_eq!(
+            refused.map_err(|e| e.to_string()).map(|p| p.name),
+            Err(
+                "--profile \"other\": not one of the profiles the operator made selectable: \
+                 strict, wide"
+                    .to_owned()
+            )
+        );
         Ok(())
     }
 

@@ -202,6 +202,12 @@ pub enum RuntimeError {
     },
 }
 
+impl From<runsbx_policy::PolicyError> for RuntimeError {
+    fn from(e: runsbx_policy::PolicyError) -> Self {
+        Self::Policy(e)
+    }
+}
+
 impl RuntimeError {
     /// What went wrong, for the exit code and a call's error object.
     pub fn kind(&self) -> ErrorKind {

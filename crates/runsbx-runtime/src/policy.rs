@@ -8,8 +8,8 @@ use std::path::Path;
 use libcontainer::oci_spec::runtime::Spec;
 use nix::unistd::{Gid, Uid};
 use runsbx_policy::{
-    annotations, harden, harden_with, verify, Hardened, HostFacts, IdRange, OperatorConfig,
-    Overrides, PolicyError, Profile,
+    annotations::{self, ProfileAsker},
+    harden, harden_with, verify, Hardened, HostFacts, IdRange, OperatorConfig, Overrides, Profile,
 };
 
 use crate::error::{Result, RuntimeError};
@@ -43,7 +43,7 @@ impl Policy {
                 Err(e) => return Err(RuntimeError::io(format!("read {DEFAULT_CONFIG}"), e)),
             },
         };
-        let config = OperatorConfig::from_toml(&text, &origin).map_err(policy_err)?;
+        let config = OperatorConfig::from_toml(&text, &origin)?;
         let profile = load_profile(&config, &config.profile)?;
         Ok(Self { config, profile })
     }
@@ -55,25 +55,29 @@ impl Policy {
             .annotations()
             .as_ref()
             .and_then(|a| a.get(annotations::PROFILE));
-        self.profile_named(requested.map(String::as_str))
+        self.choose(requested.map(String::as_str), ProfileAsker::Annotation)
     }
 
-    /// The operator's profile, or the stricter selectable one `requested`
-    /// names.
+    /// The operator's profile, or the stricter selectable one a caller's
+    /// `--profile` names.
     pub fn profile_named(&self, requested: Option<&str>) -> Result<Profile> {
-        annotations::choose_profile(requested, &self.config, self.profile.clone(), |name| {
-            load_profile(&self.config, name).map_err(|e| PolicyError::Profile {
-                origin: name.to_owned(),
-                reason: e.to_string(),
-            })
-        })
-        .map_err(policy_err)
+        self.choose(requested, ProfileAsker::Flag)
+    }
+
+    fn choose(&self, requested: Option<&str>, asker: ProfileAsker) -> Result<Profile> {
+        annotations::choose_profile(
+            requested,
+            asker,
+            &self.config,
+            self.profile.clone(),
+            |name| load_profile(&self.config, name),
+        )
     }
 }
 
 fn load_profile(config: &OperatorConfig, name: &str) -> Result<Profile> {
     if name == "default" {
-        return Profile::builtin().map_err(policy_err);
+        return Ok(Profile::builtin()?);
     }
     let (profile, path) = read_profile(config, name)?;
     crate::sandbox::egress::check_profile(&profile, &path.display().to_string())?;
@@ -98,12 +102,8 @@ fn read_profile(config: &OperatorConfig, name: &str) -> Result<(Profile, std::pa
             e,
         )
     })?;
-    let profile = Profile::from_toml(&text, &path.display().to_string()).map_err(policy_err)?;
+    let profile = Profile::from_toml(&text, &path.display().to_string())?;
     Ok((profile, path))
-}
-
-pub(crate) fn policy_err(e: PolicyError) -> RuntimeError {
-    RuntimeError::Policy(e)
 }
 
 /// What this host gives, as the policy needs to know it.
@@ -208,7 +208,7 @@ pub fn apply(
             (harden(spec, &profile, &host), profile)
         }
     };
-    let hardened = hardened.map_err(policy_err)?;
-    verify(&hardened.spec, &profile, &host).map_err(policy_err)?;
+    let hardened = hardened?;
+    verify(&hardened.spec, &profile, &host)?;
     Ok(hardened)
 }

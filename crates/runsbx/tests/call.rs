@@ -681,6 +681,118 @@ fn bad_inputs_are_refused(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, bad_inputs_are_refused: bad_input_as_root, bad_input_rootless);
 
+/// `--profile NAME` picks a profile the operator made selectable, when it
+/// is at least as strict as the operator's; anything else is refused with
+/// the flag named, and makes nothing.
+fn a_selectable_profile_only_tightens(fx: Fixture) {
+    let default = fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bundles/profiles/default.toml"),
+    )
+    .unwrap();
+    let named = |name: &str, from: &str, to: &str| {
+        assert!(
+            default.contains(from),
+            "{from:?} is not in the default profile"
+        );
+        default
+            .replace("name = \"default\"", &format!("name = \"{name}\""))
+            .replace(from, to)
+    };
+    let profiles = fx.dir.path().join("profiles");
+    fs::create_dir(&profiles).unwrap();
+    let tight = named("tight", "nofile = 1024", "nofile = 64");
+    fs::write(profiles.join("tight.toml"), tight).unwrap();
+    let wide = named("wide", "memory = \"512M\"", "memory = \"1G\"");
+    fs::write(profiles.join("wide.toml"), wide).unwrap();
+    let config = fx.dir.path().join("config.toml");
+    fs::write(
+        &config,
+        format!(
+            "profile = \"default\"\nprofiles_dir = {:?}\nselectable = [\"tight\", \"wide\", \"ghost\"]\n",
+            profiles.display().to_string()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let rootfs = kit::rootfs().to_str().unwrap().to_owned();
+    let open_files = |profile: Option<&str>| {
+        let mut args = vec!["--config", config, "call", "--json", "--rootfs", &rootfs];
+        args.extend(profile.iter().flat_map(|p| ["--profile", *p]));
+        args.extend(["--", "sh", "-c", "ulimit -n"]);
+        let out = fx.run(&args);
+        let r = out.json();
+        assert_eq!(r["exit_code"], 0, "{out:?}");
+        text(&r["stdout"]).trim().to_owned()
+    };
+    assert_eq!(open_files(None), "1024");
+    assert_eq!(open_files(Some("tight")), "64");
+
+    let refusals = [
+        (
+            "wide",
+            125,
+            "runsbx: call: --profile \"wide\": profile `wide` allows more than the operator's \
+             `default`, and a profile chosen here may only tighten it\n",
+        ),
+        (
+            "nope",
+            125,
+            "runsbx: call: --profile \"nope\": not one of the profiles the operator made \
+             selectable: tight, wide, ghost\n",
+        ),
+        // Selectable, but the operator's file is missing: the host's fault.
+        (
+            "ghost",
+            123,
+            "/ghost.toml\" (profiles_dir in the operator config): No such file or directory",
+        ),
+    ];
+    for (name, code, said) in refusals {
+        let out = fx.run([
+            "--config",
+            config,
+            "call",
+            "--rootfs",
+            &rootfs,
+            "--profile",
+            name,
+            "--",
+            "true",
+        ]);
+        assert_eq!(out.code, code, "--profile {name}: {out:?}");
+        assert!(out.stderr.contains(said), "--profile {name}: {out:?}");
+        assert_eq!(out.stderr.lines().count(), 1, "--profile {name}: {out:?}");
+    }
+    let session = format!("refused-profile-{}", std::process::id());
+    let out = fx.run([
+        "--config",
+        config,
+        "session",
+        "create",
+        "--profile",
+        "nope",
+        &session,
+    ]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stderr
+            .starts_with("runsbx: error: --profile \"nope\": not one of the profiles"),
+        "{out:?}"
+    );
+    let listed = fx.run(["session", "ls", "--json"]).json();
+    assert!(
+        !listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == session.as_str()),
+        "{listed}"
+    );
+    fx.assert_clean();
+}
+
+as_root_and_rootless!(RUNSBX, a_selectable_profile_only_tightens: selectable_as_root, selectable_rootless);
+
 fn interrupted_call_cleans_up(fx: Fixture) {
     let m = marker(&fx, 4);
     let mut cmd = fx.cmd(["call", "--json", "--rootfs"]);
