@@ -506,6 +506,34 @@ class McpTest(unittest.TestCase):
         self.assertEqual(out.returncode, 2, out.stderr)
         self.assert_no_new_sessions()
 
+    def test_a_bad_operator_setting_ends_the_server_with_its_code(self) -> None:
+        # The code `runsbx session create` gives the same setting (README,
+        # "Exit codes"): 3 a bad value, 4 nothing of that name.
+        cases = [
+            (["--memory", "100k"], 3, "--memory: 102400 bytes is below 4194304 (4M)"),
+            (["--timeout", "0"], 3, '--timeout "0": is not a duration'),
+            (["--allow", "x"], 3, '--allow "x": names no method or path'),
+            (["--max-output", "lots"], 3, '--max-output "lots": "lots" is not a size'),
+            (["--image", "no-such-image"], 4, "image `no-such-image` not found"),
+            (["--session", "no-such-session"], 4, 'session "no-such-session" does not exist'),
+        ]
+        for flags, code, said in cases:
+            with self.subTest(flags=flags):
+                out = subprocess.run(
+                    [self.bin, "mcp", *flags],
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+                self.assertEqual(out.returncode, code, out.stderr)
+                lines = out.stderr.splitlines()
+                self.assertEqual(len(lines), 1, out.stderr)
+                self.assertTrue(lines[0].startswith("runsbx: error: "), out.stderr)
+                self.assertIn(said, lines[0])
+                self.assertEqual(out.stdout, "")
+        self.assert_no_new_sessions()
+
     def test_session_tools(self) -> None:
         async def go() -> None:
             async with self.connect("--allow-session-tools") as s:

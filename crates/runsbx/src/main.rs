@@ -35,11 +35,28 @@ fn main() {
                     err.downcast_ref::<ImageError>()
                         .map(|e| ErrorKind::of_image(e).exit_code())
                 })
+                .or_else(|| err.downcast_ref::<ExitWith>().map(|e| e.code))
                 .unwrap_or(exit::FAILURE)
         }
     };
     std::process::exit(code);
 }
+
+/// An error that ends runsbx with the exit code of the runsbx command it
+/// ran for it: `runsbx mcp` passes on its `session create`'s.
+#[derive(Debug)]
+pub struct ExitWith {
+    pub code: i32,
+    pub message: String,
+}
+
+impl std::fmt::Display for ExitWith {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ExitWith {}
 
 fn run(cli: cli::Cli) -> anyhow::Result<i32> {
     let g = &cli.global;

@@ -26,6 +26,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::ServiceExt;
+use runsbx_runtime::RuntimeError;
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::{watch, Notify, RwLock};
@@ -130,7 +131,7 @@ impl Mcp {
 /// Runs the server until the client goes; returns runsbx's exit code.
 pub fn run(args: Mcp, root: Option<PathBuf>, config: Option<PathBuf>) -> Result<i32> {
     let max_output_bytes = runsbx_policy::profile::parse_size(&args.max_output)
-        .map_err(|e| anyhow::anyhow!("--max-output {:?}: {e}", args.max_output))?;
+        .map_err(|e| RuntimeError::invalid(format!("--max-output {:?}", args.max_output), e))?;
     // A client that goes away mid-reply must not kill the server with
     // SIGPIPE before it removes the session: writes fail with EPIPE
     // instead. Each runsbx child restores the default for itself.

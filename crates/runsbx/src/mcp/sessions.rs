@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use super::runner::{Finished, Runner};
 use super::schema::ToolError;
+use crate::ExitWith;
 
 /// Sessions a client may make with create_session, each with the
 /// operator's disk: a bound on what one connection can hold on the host.
@@ -49,17 +50,27 @@ impl Sessions {
         let (default, made_default) = match named {
             Some(name) => {
                 if !exists(runner, &name).await? {
-                    bail!(
-                        "session {name:?} does not exist (make it with `runsbx session create \
-                         {name}`, or leave --session out for a fresh one per connection)"
-                    );
+                    return Err(ExitWith {
+                        code: EXIT_NOT_FOUND,
+                        message: format!(
+                            "session {name:?} does not exist (make it with `runsbx session \
+                             create {name}`, or leave --session out for a fresh one per \
+                             connection)"
+                        ),
+                    }
+                    .into());
                 }
                 (name, false)
             }
             None => {
+                // A setting `session create` refuses ends the server with
+                // that command's exit code (3: a bad value, 4: no such image).
                 let made = create(runner, None, &create_flags)
                     .await
-                    .map_err(|e| anyhow::anyhow!("{}", e.message))
+                    .map_err(|refused| ExitWith {
+                        code: refused.code.unwrap_or(runsbx_runtime::exit::FAILURE),
+                        message: refused.error.message,
+                    })
                     .context("make the connection's session")?;
                 (session_name(&made)?, true)
             }
@@ -190,25 +201,42 @@ fn check_name(name: &str) -> Result<(), ToolError> {
     }
 }
 
+/// A `runsbx session create` that made nothing.
+struct CreateFailed {
+    /// Its exit code; `None` when it did not run or exit.
+    code: Option<i32>,
+    error: ToolError,
+}
+
+impl From<CreateFailed> for ToolError {
+    fn from(failed: CreateFailed) -> Self {
+        failed.error
+    }
+}
+
 async fn create(
     runner: &Runner,
     name: Option<&str>,
     flags: &[OsString],
-) -> Result<Value, ToolError> {
+) -> Result<Value, CreateFailed> {
     let mut args: Vec<OsString> = ["session", "create", "--json"].map(OsString::from).to_vec();
     args.extend(flags.iter().cloned());
     args.extend(name.map(OsString::from));
-    let done = runner
-        .admin(&args)
-        .await
-        .map_err(|e| ToolError::failure(format!("run runsbx session create: {e}")))?;
+    let done = runner.admin(&args).await.map_err(|e| CreateFailed {
+        code: None,
+        error: ToolError::failure(format!("run runsbx session create: {e}")),
+    })?;
     if done.code != Some(0) {
-        return Err(admin_error(&done));
+        return Err(CreateFailed {
+            code: done.code,
+            error: admin_error(&done),
+        });
     }
-    serde_json::from_slice(&done.stdout).map_err(|e| {
-        ToolError::failure(format!(
+    serde_json::from_slice(&done.stdout).map_err(|e| CreateFailed {
+        code: None,
+        error: ToolError::failure(format!(
             "runsbx session create printed no session object: {e}"
-        ))
+        )),
     })
 }
 
