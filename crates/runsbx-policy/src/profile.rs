@@ -248,6 +248,20 @@ impl From<Size> for u64 {
     }
 }
 
+/// As a person would write it: the largest of G, M and K that divides it
+/// exactly, or bytes (`10M`, `1536K`, `1000`); [`parse_size`] reads it back.
+impl std::fmt::Display for Size {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let unit = [(30, 'G'), (20, 'M'), (10, 'K')]
+            .into_iter()
+            .find(|(shift, _)| self.0 != 0 && self.0.is_multiple_of(1 << shift));
+        match unit {
+            Some((shift, suffix)) => write!(f, "{}{suffix}", self.0 >> shift),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
 /// Parses `512`, `64K`, `64M`, `1G` (powers of 1024).
 pub fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
@@ -415,6 +429,12 @@ mod tests {
         assert!(parse_size("lots").is_err());
         assert!(parse_size("-1M").is_err());
         assert!(parse_size("99999999999999G").is_err());
+        for (bytes, text) in [(10 << 20, "10M"), (1536 << 10, "1536K"), (3 << 30, "3G")] {
+            assert_eq!(Size(bytes).to_string(), text);
+            assert_eq!(parse_size(text), Ok(bytes));
+        }
+        assert_eq!(Size(1000).to_string(), "1000");
+        assert_eq!(Size(0).to_string(), "0");
     }
 
     #[test]

@@ -144,7 +144,7 @@ impl Sessions {
         let limit = new.disk.unwrap_or(DEFAULT_DISK);
         if limit < MIN_DISK {
             return Err(RuntimeError::invalid(
-                format!("--disk {limit}"),
+                format!("--disk {}", runsbx_policy::profile::Size(limit)),
                 format!(
                     "is too small: a session's disk needs at least {}M",
                     MIN_DISK >> 20
