@@ -327,6 +327,10 @@ fn calls_may_only_tighten(fx: Fixture) {
     for (opts, says) in [
         (["--timeout", "0"], "--timeout \"0\": is not a duration"),
         (["--disk", "1T"], "--disk \"1T\": \"1T\" is not a size"),
+        (
+            ["--disk", "10M"],
+            "--disk 10M: is too small: a session's disk needs at least 16M",
+        ),
         (["--allow", "x"], "--allow \"x\": names no method or path"),
         (
             ["--memory", "1M"],
