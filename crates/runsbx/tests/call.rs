@@ -635,6 +635,20 @@ fn bad_inputs_are_refused(fx: Fixture) {
             125,
             "is a directory: give a file",
         ),
+        // Outside /workspace: before, the command ran and the result said
+        // "no such file in /workspace" of /etc/passwd.
+        (
+            vec![
+                "--output".into(),
+                "/etc/passwd".into(),
+                "--output-dir".into(),
+                fx.dir.path().display().to_string(),
+                "--rootfs".into(),
+                rootfs.clone(),
+            ],
+            125,
+            "--output \"/etc/passwd\": names no file in /workspace",
+        ),
     ];
     for (opts, code, message) in cases {
         let mut args = vec!["call".to_owned()];

@@ -189,6 +189,18 @@ pub(super) fn check_files(req: &CallRequest) -> Result<()> {
             "is not an existing directory (create it first)",
         ));
     }
+    // A glob that can match nothing in /workspace is the caller's mistake,
+    // found before the command runs rather than as an empty result after.
+    for glob in &req.outputs {
+        if crate::sandbox::workspace::workspace_relative(Path::new(glob)).is_none() {
+            return Err(RuntimeError::invalid(
+                format!("--output {glob:?}"),
+                "names no file in /workspace, the only place a call copies files out of: give \
+                 a glob relative to /workspace or under /workspace/ (`*.csv`, \
+                 `/workspace/out/**`), without `..`",
+            ));
+        }
+    }
     for input in &req.inputs {
         fs::symlink_metadata(&input.host).map_err(|e| {
             RuntimeError::invalid(
