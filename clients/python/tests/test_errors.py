@@ -45,10 +45,9 @@ class CallErrorTest(RunsbxTestCase):
 
     def test_bad_options(self) -> None:
         for kwargs, needle in [
-            ({"timeout": -1}, "--timeout"),
-            ({"timeout": float("nan")}, "--timeout"),
             ({"memory": "lots"}, "--memory"),
-            ({"files": {"../escape.txt": "x"}}, "inside /workspace"),
+            ({"outputs": ["/etc/passwd"]}, '--output "/etc/passwd": names no file in /workspace'),
+            ({"outputs": ["out/../../x"]}, "without `..`"),
             ({"files": {"x": pathlib.Path("/nonexistent/file.csv")}}, "/nonexistent/file.csv"),
             ({"allow_hosts": ["bad host!"]}, "--allow-host"),
             ({"profile": "no-such-profile"}, "no-such-profile"),
@@ -59,6 +58,33 @@ class CallErrorTest(RunsbxTestCase):
                 self.assert_call_error(cm, "bad_input", 125)
                 self.assertIn(needle, str(cm.exception))
                 self.assertNotIsInstance(cm.exception, runsbx.NotFound)
+
+    def test_bad_arguments_are_named_as_given(self) -> None:
+        # Refused before runsbx runs, with the argument's own name rather
+        # than the runsbx option the client would make of it.
+        for args, kwargs, said in [
+            (["true"], {"timeout": -1}, "timeout -1: give a positive number of seconds"),
+            (["true"], {"timeout": 0}, "timeout 0: give a positive"),
+            (["true"], {"timeout": float("nan")}, "timeout nan: give a positive"),
+            (["true"], {"timeout": 1e12}, "at most a week (604800)"),
+            (["true"], {"files": {"../escape.txt": "x"}}, "files key '../escape.txt': a file goes into /workspace"),
+            (["true"], {"files": {"/etc/passwd": "x"}}, "files key '/etc/passwd'"),
+            (["true"], {"files": {"/workspace": "x"}}, "files key '/workspace'"),
+            ([], {}, "cmd is empty"),
+        ]:
+            with self.subTest(args=args, kwargs=kwargs):
+                with self.assertRaises(runsbx.BadInput) as cm:
+                    runsbx.run(args, rootfs=self.rootfs, **kwargs)  # type: ignore[arg-type]
+                self.assertIn(said, str(cm.exception))
+                self.assertIsNone(cm.exception.result)
+                self.assertNotIn("--", str(cm.exception))
+        # A path under /workspace is one.
+        r = runsbx.run(
+            ["cat", "/workspace/in/a.txt"],
+            rootfs=self.rootfs,
+            files={"/workspace/in/a.txt": "a", "./b.txt": "b"},
+        )
+        self.assertEqual(r.stdout.data, b"a")
 
     def test_options_runsbx_cannot_parse(self) -> None:
         # runsbx's command line parser refuses these (exit 2, no JSON).

@@ -74,6 +74,8 @@ Size = Union[int, str]
 #: How long runsbx may run past the call's deadline (making the sandbox,
 #: copying outputs) before the client stops it.
 OVERRUN_GRACE = 60.0
+#: The longest deadline runsbx takes: a week.
+MAX_TIMEOUT = 7 * 24 * 3600.0
 #: How long runsbx gets to clean up after SIGTERM before SIGKILL (its
 #: watchdog then cleans up).
 TERM_GRACE = 15.0
@@ -106,6 +108,23 @@ def _strings(what: str, value: Union[str, Iterable[str], None]) -> List[str]:
     return out
 
 
+def _workspace_path(what: str, path: str) -> str:
+    """``path`` if it names a place in /workspace (relative to it, or under
+    ``/workspace/``), as runsbx requires of a file put there; checked here
+    so that the refusal names what the caller wrote, not the ``--input``
+    the client made of it."""
+    rest = path
+    if path == "/workspace" or path.startswith("/workspace/"):
+        rest = path[len("/workspace"):].lstrip("/")
+    parts = [p for p in rest.split("/") if p not in ("", ".")]
+    if rest.startswith("/") or ".." in parts or not parts:
+        raise BadInput(
+            f"{what} {path!r}: a file goes into /workspace: give a path relative to it or "
+            "under /workspace/, without '..'"
+        )
+    return path
+
+
 def _size(what: str, value: Optional[Size]) -> Optional[str]:
     if value is None:
         return None
@@ -120,8 +139,14 @@ def _duration(timeout: Optional[float]) -> Optional[str]:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"timeout must be a number of seconds, not {timeout!r}")
-    if not math.isfinite(timeout):
-        return str(timeout)
+    # runsbx refuses these too, but would name its own --timeout and the
+    # milliseconds the client made of them; a deadline past a week would
+    # also overflow the client's own wait for runsbx.
+    if not (math.isfinite(timeout) and 0 < timeout <= MAX_TIMEOUT):
+        raise BadInput(
+            f"timeout {timeout!r}: give a positive number of seconds, at most a week "
+            f"({MAX_TIMEOUT:.0f})"
+        )
     return f"{float(timeout) * 1000.0:.3f}ms"
 
 
@@ -291,6 +316,8 @@ class Invocation:
             command = ["sh", "-c", cmd]
         else:
             command = _strings("cmd", cmd)
+        if not command:
+            raise BadInput("cmd is empty: give the command to run and its arguments")
         for arg in command:
             _no_nul("cmd", arg)
 
@@ -355,6 +382,7 @@ class Invocation:
             if not isinstance(dest, str):
                 raise TypeError(f"files must be keyed by a path (str), not {dest!r}")
             _no_nul("files", dest)
+            _workspace_path("files key", dest)
             if isinstance(content, os.PathLike):
                 host = os.fspath(content)
                 if not isinstance(host, str):
