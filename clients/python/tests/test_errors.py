@@ -67,9 +67,13 @@ class CallErrorTest(RunsbxTestCase):
             (["true"], {"timeout": 0}, "timeout 0: give a positive"),
             (["true"], {"timeout": float("nan")}, "timeout nan: give a positive"),
             (["true"], {"timeout": 1e12}, "at most a week (604800)"),
-            (["true"], {"files": {"../escape.txt": "x"}}, "files key '../escape.txt': a file goes into /workspace"),
+            (
+                ["true"],
+                {"files": {"../escape.txt": "x"}},
+                "files key '../escape.txt': a call's files are below /workspace",
+            ),
             (["true"], {"files": {"/etc/passwd": "x"}}, "files key '/etc/passwd'"),
-            (["true"], {"files": {"/workspace": "x"}}, "files key '/workspace'"),
+            (["true"], {"files": {"/workspace": "x"}}, "files key '/workspace': names /workspace itself"),
             ([], {}, "cmd is empty"),
         ]:
             with self.subTest(args=args, kwargs=kwargs):
@@ -78,13 +82,13 @@ class CallErrorTest(RunsbxTestCase):
                 self.assertIn(said, str(cm.exception))
                 self.assertIsNone(cm.exception.result)
                 self.assertNotIn("--", str(cm.exception))
-        # A path under /workspace is one.
+        # A path under /workspace is one, written in any of these ways.
         r = runsbx.run(
-            ["cat", "/workspace/in/a.txt"],
+            ["cat", "/workspace/in/a.txt", "b.txt", "c.txt"],
             rootfs=self.rootfs,
-            files={"/workspace/in/a.txt": "a", "./b.txt": "b"},
+            files={"/workspace/in/a.txt": "a", "./b.txt": "b", "x/../c.txt": "c"},
         )
-        self.assertEqual(r.stdout.data, b"a")
+        self.assertEqual(r.stdout.data, b"abc")
 
     def test_options_runsbx_cannot_parse(self) -> None:
         # runsbx's command line parser refuses these (exit 2, no JSON).

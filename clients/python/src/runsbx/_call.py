@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import posixpath
 import shutil
 import signal
 import tempfile
@@ -108,21 +109,32 @@ def _strings(what: str, value: Union[str, Iterable[str], None]) -> List[str]:
     return out
 
 
-def _workspace_path(what: str, path: str) -> str:
-    """``path`` if it names a place in /workspace (relative to it, or under
-    ``/workspace/``), as runsbx requires of a file put there; checked here
-    so that the refusal names what the caller wrote, not the ``--input``
-    the client made of it."""
-    rest = path
-    if path == "/workspace" or path.startswith("/workspace/"):
-        rest = path[len("/workspace"):].lstrip("/")
-    parts = [p for p in rest.split("/") if p not in ("", ".")]
-    if rest.startswith("/") or ".." in parts or not parts:
+#: Where a call's files are put and read.
+WORKSPACE = "/workspace"
+
+
+def workspace_path(what: str, path: Union[str, "os.PathLike[str]"]) -> str:
+    """``path`` relative to /workspace (it may be relative to it already,
+    or absolute below it), normalised; ``.`` for /workspace itself.
+
+    Raises:
+        BadInput: It is not below /workspace.
+    """
+    p = os.fspath(path)
+    if not isinstance(p, str):
+        raise TypeError(f"{what}: the path must be a str, not {type(p).__name__}")
+    if "\0" in p:
+        raise BadInput(f"{what} {p!r}: holds a NUL character")
+    if posixpath.isabs(p):
+        rel = posixpath.relpath(posixpath.normpath(p), WORKSPACE)
+    else:
+        rel = posixpath.normpath(p)
+    if rel == ".." or rel.startswith("../"):
         raise BadInput(
-            f"{what} {path!r}: a file goes into /workspace: give a path relative to it or "
-            "under /workspace/, without '..'"
+            f"{what} {p!r}: a call's files are below {WORKSPACE}; "
+            "give a path relative to it, or absolute below it"
         )
-    return path
+    return rel
 
 
 def _size(what: str, value: Optional[Size]) -> Optional[str]:
@@ -381,8 +393,11 @@ class Invocation:
         for dest, content in (files or {}).items():
             if not isinstance(dest, str):
                 raise TypeError(f"files must be keyed by a path (str), not {dest!r}")
-            _no_nul("files", dest)
-            _workspace_path("files key", dest)
+            # Checked here so that a refusal names the key, not the
+            # --input the client makes of it.
+            rel = workspace_path("files key", dest)
+            if rel == ".":
+                raise BadInput(f"files key {dest!r}: names {WORKSPACE} itself; give a file's path")
             if isinstance(content, os.PathLike):
                 host = os.fspath(content)
                 if not isinstance(host, str):
@@ -398,7 +413,7 @@ class Invocation:
                     f"files[{dest!r}] must be bytes, str or a host path (os.PathLike), "
                     f"not {type(content).__name__}"
                 )
-            inputs[dest] = content
+            inputs[rel] = content
 
         self.binary = find_binary(binary)
         self.wall_timeout: Optional[float] = None

@@ -12,14 +12,11 @@ import posixpath
 from typing import Any, Callable, Dict, Generic, List, Mapping, Optional, TypedDict, TypeVar, Union
 
 from ._binary import PathArg
-from ._call import FileContent, Secret, Size, Stdin, Strings, _Pipe
-from .errors import BadInput, CallError, Failure, Refused
+from ._call import WORKSPACE, FileContent, Secret, Size, Stdin, Strings, _Pipe, workspace_path
+from .errors import CallError, Failure, Refused
 from .result import CallResult, SessionInfo
 
 T = TypeVar("T")
-
-#: Where a session's files are, inside its sandboxes.
-WORKSPACE = "/workspace"
 
 
 class CallOptions(TypedDict, total=False):
@@ -102,30 +99,6 @@ class FileOp(Generic[T]):
         self.cmd = cmd
         self.options = options
         self.finish = finish
-
-
-def workspace_path(what: str, path: Union[str, os.PathLike[str]]) -> str:
-    """``path`` relative to /workspace (it may be relative to it already,
-    or absolute below it), normalised.
-
-    Raises:
-        BadInput: It is not below /workspace.
-    """
-    p = os.fspath(path)
-    if not isinstance(p, str):
-        raise TypeError(f"{what}: the path must be a str, not {type(p).__name__}")
-    if "\0" in p:
-        raise BadInput(f"{what} {p!r}: holds a NUL character")
-    if posixpath.isabs(p):
-        rel = posixpath.relpath(posixpath.normpath(p), WORKSPACE)
-    else:
-        rel = posixpath.normpath(p)
-    if rel == ".." or rel.startswith("../"):
-        raise BadInput(
-            f"{what} {p!r}: a session's files are below {WORKSPACE}; "
-            "give a path relative to it, or absolute below it"
-        )
-    return rel
 
 
 def _ran(result: CallResult, what: str) -> CallResult:
