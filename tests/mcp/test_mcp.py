@@ -514,6 +514,7 @@ class McpTest(unittest.TestCase):
             (["--timeout", "0"], 3, '--timeout "0": is not a duration'),
             (["--allow", "x"], 3, '--allow "x": names no method or path'),
             (["--max-output", "lots"], 3, '--max-output "lots": "lots" is not a size'),
+            (["--max-output", "1G"], 3, "--max-output 1G: is more than the 64M"),
             (["--image", "no-such-image"], 4, "image `no-such-image` not found"),
             (["--session", "no-such-session"], 4, 'session "no-such-session" does not exist'),
         ]

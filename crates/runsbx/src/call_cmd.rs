@@ -46,7 +46,7 @@ pub struct Call {
     /// Where --output files are written (default: the current directory)
     #[arg(long, default_value = ".")]
     pub output_dir: PathBuf,
-    /// Bytes kept of each of stdout and stderr (the first and last halves)
+    /// Bytes kept of each of stdout and stderr (the first and last halves; at most 64M)
     #[arg(long, default_value = "1M", allow_hyphen_values = true)]
     pub max_output: String,
     /// Largest --output file copied out
@@ -213,6 +213,7 @@ pub(crate) fn request(args: Call, config: Option<PathBuf>) -> Result<CallRequest
             .map_err(|e| anyhow::anyhow!("--{flag} {text:?}: {e}"))
     };
     let max_output = size("max-output", &args.max_output)?;
+    CallRequest::check_max_output(max_output)?;
     let max_output_file = size("max-output-file", &args.max_output_file)?;
     if let Some(m) = &sandbox.memory {
         size("memory", m)?;

@@ -132,6 +132,7 @@ impl Mcp {
 pub fn run(args: Mcp, root: Option<PathBuf>, config: Option<PathBuf>) -> Result<i32> {
     let max_output_bytes = runsbx_policy::profile::parse_size(&args.max_output)
         .map_err(|e| RuntimeError::invalid(format!("--max-output {:?}", args.max_output), e))?;
+    runsbx_runtime::call::CallRequest::check_max_output(max_output_bytes)?;
     // A client that goes away mid-reply must not kill the server with
     // SIGPIPE before it removes the session: writes fail with EPIPE
     // instead. Each runsbx child restores the default for itself.

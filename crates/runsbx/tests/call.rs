@@ -649,6 +649,17 @@ fn bad_inputs_are_refused(fx: Fixture) {
             125,
             "--output \"/etc/passwd\": names no file in /workspace",
         ),
+        // Kept in runsbx's memory: 100G grew it to 6 GB, before.
+        (
+            vec![
+                "--max-output".into(),
+                "65M".into(),
+                "--rootfs".into(),
+                rootfs.clone(),
+            ],
+            125,
+            "--max-output 65M: is more than the 64M of each stream a call may keep in memory",
+        ),
     ];
     for (opts, code, message) in cases {
         let mut args = vec!["call".to_owned()];

@@ -105,7 +105,8 @@ def run(
         profile: A profile the operator made selectable (as strict or
             stricter).
         max_output: Bytes kept of each of stdout and stderr (bytes, or
-            ``"1M"``): the first and the last halves (runsbx's default 1M).
+            ``"1M"``): the first and the last halves (runsbx's default 1M,
+            at most 64M).
         session: Run in this persistent session (see :class:`Session`):
             its /workspace and what the command writes outside /tmp
             persist between calls; its limits are the defaults.

@@ -70,6 +70,29 @@ impl CallRequest {
     /// The deadline of a call that gives none, outside a session.
     pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 
+    /// The most of each of stdout and stderr a call may keep. What is kept
+    /// is held in runsbx's memory (which no sandbox limit bounds) and then
+    /// written out as one JSON string: with `--max-output 100G` a command
+    /// printing `yes` for 3 s grew runsbx to 6 GB and its result came 40 s
+    /// after the deadline; at 64M, 236 MB and 1.3 s. More output than this
+    /// belongs in a file, copied out with `--output`.
+    pub const MAX_OUTPUT_CAP: u64 = 64 << 20;
+
+    /// Refuses a `--max-output` of more than [`Self::MAX_OUTPUT_CAP`].
+    pub fn check_max_output(bytes: u64) -> Result<(), crate::RuntimeError> {
+        if bytes <= Self::MAX_OUTPUT_CAP {
+            return Ok(());
+        }
+        Err(crate::RuntimeError::invalid(
+            format!("--max-output {}", runsbx_policy::profile::Size(bytes)),
+            format!(
+                "is more than the {} of each stream a call may keep in memory; have the command \
+                 write a file in /workspace and copy it out with --output",
+                runsbx_policy::profile::Size(Self::MAX_OUTPUT_CAP)
+            ),
+        ))
+    }
+
     /// The call's deadline.
     pub fn timeout(&self) -> Duration {
         self.timeout.unwrap_or(Self::DEFAULT_TIMEOUT)
