@@ -75,7 +75,9 @@ pub fn exec(root: &StateRoot, id: &str, opts: &ExecOptions) -> Result<i32> {
         .cwd
         .as_deref()
         .or(process_file.as_ref().map(|p| p.cwd.as_path()));
-    if let Err(e) = check_cwd(id, init, cwd) {
+    let checked = check_cwd(id, init, cwd)
+        .and_then(|()| check_exec_command(init, opts, process_file.as_ref(), &effective.spec, cwd));
+    if let Err(e) = checked {
         if let Some(p) = &process_file {
             let _ = std::fs::remove_file(&p.file);
         }
@@ -168,17 +170,8 @@ fn check_cwd(id: &str, init: nix::unistd::Pid, cwd: Option<&Path>) -> Result<()>
     let Some(cwd) = cwd else {
         return Ok(());
     };
-    use std::os::unix::fs::OpenOptionsExt;
-    let root = match std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
-        .open(format!("/proc/{init}/root"))
-    {
-        Ok(dir) => pathrs::Root::from_fd(dir),
-        Err(e) => {
-            tracing::debug!(error = %e, "exec --cwd left to chdir: the container's root cannot be opened");
-            return Ok(());
-        }
+    let Some(root) = container_view(init) else {
+        return Ok(());
     };
     match root.resolve(cwd) {
         Ok(handle)
@@ -196,6 +189,65 @@ fn check_cwd(id: &str, init: nix::unistd::Pid, cwd: Option<&Path>) -> Result<()>
             format!("does not exist in container `{id}` (chdir: no such file or directory); give one that exists in it"),
         )),
     }
+}
+
+/// The container's own view (its root and mounts), through
+/// `/proc/<init>/root`; `None` where it cannot be opened.
+fn container_view(init: nix::unistd::Pid) -> Option<pathrs::Root> {
+    use std::os::unix::fs::OpenOptionsExt;
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_DIRECTORY)
+        .open(format!("/proc/{init}/root"))
+    {
+        Ok(dir) => Some(pathrs::Root::from_fd(dir)),
+        Err(e) => {
+            tracing::debug!(error = %e, "exec: the container's root cannot be opened");
+            None
+        }
+    }
+}
+
+/// The exec'd command is looked up in the container's own view as the
+/// kernel will (its `PATH`, its working directory), so that a missing one
+/// or one that is not executable is said as a create says it, in the words
+/// engines read as runc's (podman and docker: 127 and 126), rather than as
+/// libcontainer's failed exec (podman: 255). Where the view cannot be
+/// opened the kernel's exec decides.
+fn check_exec_command(
+    init: nix::unistd::Pid,
+    opts: &ExecOptions,
+    process_file: Option<&ProcessFile>,
+    spec: &libcontainer::oci_spec::runtime::Spec,
+    cwd: Option<&Path>,
+) -> Result<()> {
+    let process = spec.process().as_ref();
+    let (args, env) = match process_file {
+        Some(p) => (&p.args, p.env.clone()),
+        None => (
+            &opts.args,
+            process.and_then(|p| p.env().clone()).unwrap_or_default(),
+        ),
+    };
+    let Some(command) = args.first() else {
+        return Ok(());
+    };
+    // The PATH the process gets: `exec --env`'s over the process's own.
+    let path = opts
+        .env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| format!("PATH={v}"))
+        .or_else(|| env.into_iter().rev().find(|kv| kv.starts_with("PATH=")));
+    let cwd = cwd
+        .or(process.map(|p| p.cwd().as_path()))
+        .unwrap_or(Path::new("/"));
+    let Some(root) = container_view(init) else {
+        return Ok(());
+    };
+    let env: Vec<String> = path.into_iter().collect();
+    crate::state::bundle::check_command_in(&root, command, &env, cwd, &[])
 }
 
 /// For a running container whose cgroups runsbx manages (and no `--cgroup`
@@ -291,6 +343,8 @@ fn join_user_namespace_of(init: nix::unistd::Pid) -> Result<()> {
 struct ProcessFile {
     file: PathBuf,
     cwd: PathBuf,
+    args: Vec<String>,
+    env: Vec<String>,
 }
 
 /// The process.json given to `exec --process`, hardened, written next to
@@ -314,5 +368,7 @@ fn harden_process_file(
     Ok(ProcessFile {
         file: out,
         cwd: hardened.cwd().clone(),
+        args: hardened.args().clone().unwrap_or_default(),
+        env: hardened.env().clone().unwrap_or_default(),
     })
 }

@@ -127,6 +127,20 @@ pub fn check_command(
     cwd: &Path,
     mounted: &[&Path],
 ) -> Result<()> {
+    let root = pathrs::Root::open(rootfs)
+        .map_err(|e| RuntimeError::invalid(format!("the rootfs {rootfs:?}"), e.to_string()))?;
+    check_command_in(&root, command, env, cwd, mounted)
+}
+
+/// [`check_command`] in a root already open: a running container's own
+/// view, for exec.
+pub fn check_command_in(
+    root: &pathrs::Root,
+    command: &str,
+    env: &[String],
+    cwd: &Path,
+    mounted: &[&Path],
+) -> Result<()> {
     use std::os::fd::{AsFd, AsRawFd};
     if command.is_empty() {
         // Else it would be looked for as each directory of PATH itself.
@@ -135,8 +149,6 @@ pub fn check_command(
             "is an empty string: give a program's name or path",
         ));
     }
-    let root = pathrs::Root::open(rootfs)
-        .map_err(|e| RuntimeError::invalid(format!("the rootfs {rootfs:?}"), e.to_string()))?;
     let path = env
         .iter()
         .find_map(|kv| kv.strip_prefix("PATH="))

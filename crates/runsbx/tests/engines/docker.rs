@@ -215,6 +215,16 @@ fn docker_runs_runsbx() {
 
     let (code, out, err) = docker(&d, &["exec", id, "sh", "-c", "echo in-exec; exit 3"]);
     assert_eq!((code, out.as_str()), (3, "in-exec\n"), "{err}");
+    // A command the container lacks, in runsbx's words (libcontainer's
+    // failed exec before); docker exec says 126 for it, as under runc.
+    // (docker prints the exec's error on stdout.)
+    let (code, out, err) = docker(&d, &["exec", id, "no-such-command"]);
+    assert_eq!(code, 126, "{out}{err}");
+    assert!(
+        format!("{out}{err}")
+            .contains("command `no-such-command`: executable file not found in $PATH"),
+        "{out}{err}"
+    );
     let out = docker_ok(&d, &["exec", id, "probe", "status"]);
     assert!(out.contains("Seccomp:\t2"), "{out}");
     let pid = docker_ok(&d, &["inspect", "-f", "{{.State.Pid}}", id]);

@@ -768,16 +768,39 @@ fn podman_errors_are_one_clear_line(fx: Fixture) {
     ];
     let out = podman.run(&[&rt[..], &run_d[..]].concat());
     assert_eq!(out.code, 0, "{out:?}");
-    let out = podman.run(&[&rt[..], &["exec", "-w", "/nope", "up", "true"]].concat());
-    assert_ne!(out.code, 0, "{out:?}");
-    let cause = "exec: working directory \"/nope\": does not exist in container";
-    let first = out.stderr.lines().next().unwrap_or_default();
-    assert!(first.contains(cause), "first line {first:?}: {out:?}");
-    assert_eq!(out.stderr.matches(cause).count(), 1, "said once: {out:?}");
-    assert!(
-        !out.stderr.contains("ERROR"),
-        "a libcontainer line: {out:?}"
-    );
+    let out = podman.run(&[&rt[..], &["exec", "up", "sh", "-c", "echo > /tmp/data"]].concat());
+    assert_eq!(out.code, 0, "{out:?}");
+    // A missing command and one that is not executable get runc's codes
+    // (255 for both, before: libcontainer's failed exec); podman reads a
+    // missing working directory's "no such file or directory" as runc's.
+    let exec_cases: [(&[&str], i32, &str); 3] = [
+        (
+            &["-w", "/nope", "up", "true"],
+            127,
+            "exec: working directory \"/nope\": does not exist in container",
+        ),
+        (
+            &["up", "no-such-command"],
+            127,
+            "command `no-such-command`: executable file not found in $PATH",
+        ),
+        (
+            &["up", "/tmp/data"],
+            126,
+            "command `/tmp/data` is not an executable file",
+        ),
+    ];
+    for (args, code, cause) in exec_cases {
+        let out = podman.run(&[&rt[..], &["exec"], args].concat());
+        assert_eq!(out.code, code, "{args:?}: {out:?}");
+        let first = out.stderr.lines().next().unwrap_or_default();
+        assert!(first.contains(cause), "first line {first:?}: {out:?}");
+        assert_eq!(out.stderr.matches(cause).count(), 1, "said once: {out:?}");
+        assert!(
+            !out.stderr.contains("ERROR"),
+            "a libcontainer line: {out:?}"
+        );
+    }
     podman
         .run(&[&rt[..], &["rm", "--force", "up"]].concat())
         .ok();
