@@ -27,8 +27,12 @@ pub const TIMEOUT: &str = "runsbx.timeout";
 pub struct Overrides {
     /// A profile the operator made selectable.
     pub profile: Option<String>,
-    /// A deadline, and how the caller wrote it (for messages).
+    /// A deadline, and how the caller wrote it, named, for a refusal
+    /// (`annotation runsbx.timeout="2m"`, `--timeout 120000ms`).
     pub timeout: Option<(std::time::Duration, String)>,
+    /// The deadline of a caller that asked for none (a call's default):
+    /// the profile's when that is shorter, never refused.
+    pub default_timeout: Option<std::time::Duration>,
     pub memory: Option<Size>,
     pub fsize: Option<Size>,
     pub nofile: Option<u64>,
@@ -98,7 +102,7 @@ impl Overrides {
                 PROFILE => wanted.profile = Some(value.clone()),
                 TIMEOUT => {
                     let timeout = parse_duration(value).map_err(|e| bad(&e))?;
-                    wanted.timeout = Some((timeout, value.clone()));
+                    wanted.timeout = Some((timeout, format!("annotation {TIMEOUT}={value:?}")));
                 }
                 "runsbx.limits.memory" => wanted.memory = Some(size()?),
                 "runsbx.limits.fsize" => wanted.fsize = Some(size()?),
@@ -125,20 +129,23 @@ impl Overrides {
     /// long.
     pub fn limits(&self, base: Limits) -> Result<Limits, PolicyError> {
         let mut wanted = base;
-        if let Some((timeout, text)) = &self.timeout {
+        if let Some((timeout, asked)) = &self.timeout {
             if let Some(Timeout(max)) = base.timeout {
                 if *timeout > max {
-                    return Err(PolicyError::Annotation {
-                        key: TIMEOUT.to_owned(),
-                        value: text.clone(),
+                    return Err(PolicyError::Invalid {
+                        field: asked.clone(),
                         reason: format!(
-                            "longer than the profile's deadline of {}ms (annotations only shorten it)",
+                            "longer than the profile's deadline of {}ms (a deadline may only be \
+                             shortened)",
                             max.as_millis()
                         ),
                     });
                 }
             }
             wanted.timeout = Some(Timeout(*timeout));
+        } else if let Some(timeout) = self.default_timeout {
+            // Cut to the profile's by `min` below.
+            wanted.timeout = Some(Timeout(timeout));
         }
         wanted.memory = self.memory.unwrap_or(wanted.memory);
         wanted.fsize = self.fsize.unwrap_or(wanted.fsize);
@@ -341,10 +348,20 @@ mod tests {
         assert_eq!(requested_limits(None, profile)?.timeout, profile.timeout);
         let longer = requested_limits(Some(&ann(&[(TIMEOUT, "2m")])), profile);
         assert!(
-            matches!(&longer, Err(PolicyError::Annotation { key, reason, .. })
-                if key == TIMEOUT && reason.contains("longer than the profile's deadline")),
+            matches!(&longer, Err(PolicyError::Invalid { field, reason })
+                if field == "annotation runsbx.timeout=\"2m\""
+                    && reason.contains("longer than the profile's deadline")),
             "{longer:?}"
         );
+        // A caller's default deadline is cut to the profile's, not refused.
+        let default = |d: u64| Overrides {
+            default_timeout: Some(Duration::from_secs(d)),
+            ..Overrides::default()
+        };
+        assert_eq!(default(90).limits(profile)?.timeout, profile.timeout);
+        let thirty = Some(Timeout(Duration::from_secs(30)));
+        assert_eq!(default(30).limits(profile)?.timeout, thirty);
+        assert_eq!(default(30).limits(none)?.timeout, thirty);
         for bad in ["soon", "-5s", "0", "1d", "", "9999999h"] {
             assert!(
                 matches!(
@@ -437,7 +454,7 @@ mod tests {
         let overrides = Overrides {
             memory: Some(Size(64 << 20)),
             pids: Some(50),
-            timeout: Some((std::time::Duration::from_secs(5), "5s".into())),
+            timeout: Some((std::time::Duration::from_secs(5), "--timeout 5000ms".into())),
             ..Overrides::default()
         };
         let typed = crate::harden_with(spec, &profile, &host, &overrides)?;

@@ -64,9 +64,9 @@ pub struct Create {
     /// Process limit of each call
     #[arg(long, allow_hyphen_values = true, value_parser = clap::value_parser!(u64).range(1..))]
     pub pids: Option<u64>,
-    /// Deadline of each call
-    #[arg(long, default_value = "30s", allow_hyphen_values = true)]
-    pub timeout: String,
+    /// Deadline of each call (default 30s, or the profile's if shorter)
+    #[arg(long, allow_hyphen_values = true)]
+    pub timeout: Option<String>,
     // Its calls' egress (each call may name a subset of it).
     #[command(flatten)]
     pub egress: crate::call_cmd::EgressArgs,
@@ -153,7 +153,11 @@ fn new_session(c: &Create, config: Option<PathBuf>) -> Result<NewSession> {
         disk: Some(size("disk", &c.disk)?),
         memory: c.memory.as_deref().map(|m| size("memory", m)).transpose()?,
         pids: c.pids,
-        timeout: crate::call_cmd::parse_duration(&c.timeout)?,
+        timeout: c
+            .timeout
+            .as_deref()
+            .map(crate::call_cmd::parse_duration)
+            .transpose()?,
         egress: c.egress.plan()?,
         profile: c.profile.clone(),
         data_dir: c.store.data_dir.clone(),

@@ -818,6 +818,91 @@ fn a_selectable_profile_only_tightens(fx: Fixture) {
 
 as_root_and_rootless!(RUNSBX, a_selectable_profile_only_tightens: selectable_as_root, selectable_rootless);
 
+/// An operator profile with a deadline shorter than a call's default 30 s:
+/// a call or session that asks for none gets the profile's (each was
+/// refused, as if it had asked for 30 s); one that asks for more is
+/// refused with the option named; so is a session's limit above the
+/// profile's, which its calls would never get.
+fn a_profiles_deadline_and_limits_bound_calls_and_sessions(fx: Fixture) {
+    let default = fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bundles/profiles/default.toml"),
+    )
+    .unwrap();
+    let short = default
+        .replace("name = \"default\"", "name = \"short\"")
+        .replace("[limits]\n", "[limits]\ntimeout = \"10s\"\n");
+    assert!(short.contains("timeout = \"10s\""), "{short}");
+    let config = kit::operator_config(fx.dir.path(), "short", &short);
+    let config = config.to_str().unwrap();
+    let rootfs = kit::rootfs().to_str().unwrap().to_owned();
+    let call = |opts: &[&str]| {
+        let mut args = vec!["--config", config, "call", "--json", "--rootfs", &rootfs];
+        args.extend(opts);
+        args.extend(["--", "true"]);
+        fx.run(&args)
+    };
+    let out = call(&[]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json()["limits"]["timeout_ms"], 10_000, "{out:?}");
+    let out = call(&["--timeout", "5s"]);
+    assert_eq!(out.json()["limits"]["timeout_ms"], 5_000, "{out:?}");
+    let out = call(&["--timeout", "1m"]);
+    assert_eq!(out.code, 125, "{out:?}");
+    assert_eq!(
+        out.json()["error"]["message"],
+        "--timeout 60000ms: longer than the profile's deadline of 10000ms (a deadline may \
+         only be shortened)"
+    );
+
+    let name = format!("short-deadline-{}", std::process::id());
+    let out = fx.run(["--config", config, "session", "create", "--json", &name]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json()["timeout_ms"], 10_000, "{out:?}");
+    let out = fx.run([
+        "--config",
+        config,
+        "call",
+        "--json",
+        "--session",
+        &name,
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json()["limits"]["timeout_ms"], 10_000, "{out:?}");
+    assert_eq!(fx.run(["session", "rm", &name]).code, 0);
+    for (option, value, said) in [
+        (
+            "--timeout",
+            "20s",
+            "--timeout 20000ms: is more than the 10000ms profile `short`",
+        ),
+        (
+            "--memory",
+            "1G",
+            "--memory 1G: is more than the 512M profile `short`",
+        ),
+        (
+            "--pids",
+            "1000",
+            "--pids 1000: is more than the 256 profile `short`",
+        ),
+    ] {
+        let out = fx.run([
+            "--config", config, "session", "create", option, value, &name,
+        ]);
+        assert_eq!(out.code, 3, "{option}: {out:?}");
+        assert!(
+            out.stderr.starts_with(&format!("runsbx: error: {said}")),
+            "{option}: {out:?}"
+        );
+    }
+    assert_eq!(fx.run(["session", "rm", &name]).code, 4);
+    fx.assert_clean();
+}
+
+as_root_and_rootless!(RUNSBX, a_profiles_deadline_and_limits_bound_calls_and_sessions: profile_bounds_as_root, profile_bounds_rootless);
+
 fn interrupted_call_cleans_up(fx: Fixture) {
     let m = marker(&fx, 4);
     let mut cmd = fx.cmd(["call", "--json", "--rootfs"]);

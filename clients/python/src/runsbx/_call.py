@@ -296,7 +296,7 @@ class Invocation:
         streaming: bool,
         image: Optional[str] = None,
         rootfs: Optional[PathArg] = None,
-        timeout: Optional[float] = 30.0,
+        timeout: Optional[float] = None,
         stdin: Union[Stdin, _Pipe] = None,
         env: Optional[Mapping[str, str]] = None,
         files: Optional[Mapping[str, FileContent]] = None,

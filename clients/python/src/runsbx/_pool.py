@@ -64,7 +64,7 @@ class Pool:
         *,
         image: Optional[str] = None,
         rootfs: Optional[PathArg] = None,
-        timeout: Optional[float] = 30.0,
+        timeout: Optional[float] = None,
         memory: Optional[Size] = None,
         pids: Optional[int] = None,
         profile: Optional[str] = None,

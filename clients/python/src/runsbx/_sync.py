@@ -47,7 +47,7 @@ def run(
     *,
     image: Optional[str] = None,
     rootfs: Optional[PathArg] = None,
-    timeout: Optional[float] = 30.0,
+    timeout: Optional[float] = None,
     stdin: Stdin = None,
     env: Optional[Mapping[str, str]] = None,
     files: Optional[Mapping[str, FileContent]] = None,
@@ -74,8 +74,9 @@ def run(
         image: The image to run on (runsbx's default: ``python``).
         rootfs: A root filesystem directory to run on instead of an image.
         timeout: The deadline in seconds: the whole sandbox is killed when
-            it passes (the result says ``timed_out``). ``None``: runsbx's
-            default (30 s).
+            it passes (the result says ``timed_out``). ``None`` (the
+            default): runsbx's, 30 s, or the operator profile's deadline
+            when that is shorter.
         stdin: The command's stdin (a str is sent as UTF-8); ``None``: empty.
         env: Environment variables for the command (the image's
             environment, ``HOME=/tmp``, then these; never this process's).
@@ -188,7 +189,7 @@ def stream(
     *,
     image: Optional[str] = None,
     rootfs: Optional[PathArg] = None,
-    timeout: Optional[float] = 30.0,
+    timeout: Optional[float] = None,
     stdin: Union[Stdin, _Pipe] = None,
     env: Optional[Mapping[str, str]] = None,
     files: Optional[Mapping[str, FileContent]] = None,

@@ -226,8 +226,9 @@ fn run(
     let mut seccomp = listener.map(|l| l.serve(id, sock_diag)).transpose()?;
     result.attestation = Some(sandbox.start()?);
     // The policy's deadline: the call's --timeout, which the profile may
-    // refuse but not lengthen.
+    // refuse but not lengthen, or its default cut to the profile's.
     let mut deadline = sandbox.built.duties.deadline.unwrap_or(req.timeout());
+    result.limits.timeout_ms = deadline.as_millis() as u64;
     // Made before a warm sandbox is handed out, not while its caller waits:
     // the buffer the outputs are read through (its pages touched), and
     // where the limit events will be read.
@@ -353,6 +354,7 @@ fn hand_out(
     // its own, say) overlaps the command instead of delaying it.
     hold.taken();
     let deadline = fitted.deadline.unwrap_or(req.timeout());
+    result.limits.timeout_ms = deadline.as_millis() as u64;
     Ok((req, deadline))
 }
 

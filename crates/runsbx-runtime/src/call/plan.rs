@@ -361,7 +361,10 @@ pub(super) fn overrides(req: &CallRequest) -> Result<Overrides> {
         .transpose()?;
     Ok(Overrides {
         profile: req.profile.clone(),
-        timeout: Some((req.timeout(), format!("{}ms", req.timeout().as_millis()))),
+        timeout: req
+            .timeout
+            .map(|t| (t, format!("--timeout {}ms", t.as_millis()))),
+        default_timeout: Some(CallRequest::DEFAULT_TIMEOUT),
         memory,
         pids,
         egress: Some(EgressOverride::Call(runsbx_policy::EgressPlan {

@@ -175,7 +175,7 @@ impl Sessions {
             disk: Some(settings.disk.limit_bytes),
             memory: settings.memory_bytes,
             pids: settings.pids,
-            timeout: std::time::Duration::from_millis(settings.timeout_ms),
+            timeout: Some(std::time::Duration::from_millis(settings.timeout_ms)),
             egress: (!settings.allow_hosts.is_empty()).then(|| runsbx_policy::EgressPlan {
                 allow: settings.allow_hosts.clone(),
                 resolve: settings.proxy_resolve.clone(),

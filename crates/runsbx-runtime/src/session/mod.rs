@@ -31,11 +31,13 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::call::CallRequest;
 use crate::error::{Result, RuntimeError};
 use crate::policy::Policy;
 use crate::state::ids;
 use crate::sys::{loopdev, privilege};
 use runsbx_image::ImageStore;
+use runsbx_policy::profile::{Size, Timeout};
 use runsbx_policy::IdRange;
 
 pub use storage::Storage;
@@ -104,7 +106,8 @@ pub struct NewSession {
     pub disk: Option<u64>,
     pub memory: Option<u64>,
     pub pids: Option<u64>,
-    pub timeout: Duration,
+    /// `None`: a call's default deadline, or the profile's if shorter.
+    pub timeout: Option<Duration>,
     pub egress: Option<runsbx_policy::EgressPlan>,
     pub profile: Option<String>,
     pub data_dir: Option<PathBuf>,
@@ -144,7 +147,7 @@ impl Sessions {
         let limit = new.disk.unwrap_or(DEFAULT_DISK);
         if limit < MIN_DISK {
             return Err(RuntimeError::invalid(
-                format!("--disk {}", runsbx_policy::profile::Size(limit)),
+                format!("--disk {}", Size(limit)),
                 format!(
                     "is too small: a session's disk needs at least {}M",
                     MIN_DISK >> 20
@@ -161,7 +164,12 @@ impl Sessions {
         }
         let policy = Policy::load(new.config.as_deref())?;
         // The profile must exist (and be selectable) now, not at the first call.
-        policy.profile_named(new.profile.as_deref())?;
+        let profile = policy.profile_named(new.profile.as_deref())?;
+        check_within_profile(new, &profile)?;
+        let timeout = new.timeout.unwrap_or(match profile.limits.timeout {
+            Some(Timeout(max)) => max.min(CallRequest::DEFAULT_TIMEOUT),
+            None => CallRequest::DEFAULT_TIMEOUT,
+        });
 
         make_private_dir(&self.dir)?;
         let dir = self.dir.join(&name);
@@ -195,7 +203,7 @@ impl Sessions {
             },
             memory_bytes: new.memory,
             pids: new.pids,
-            timeout_ms: new.timeout.as_millis() as u64,
+            timeout_ms: timeout.as_millis() as u64,
             allow_hosts: egress.allow,
             proxy_resolve: egress.resolve,
             proxy_allow_addresses: egress.allow_addresses,
@@ -358,6 +366,50 @@ impl Drop for Made {
 /// Who an id slot belongs to: the session, by its directory.
 fn owner(dir: &Path) -> String {
     format!("session:{}", dir.display())
+}
+
+/// A session's limits are its calls' defaults, and no call gets more than
+/// its profile's (a call's own may only lower them): a higher one would be
+/// recorded and shown by `session ls` but never applied, so it is refused
+/// where it is given.
+fn check_within_profile(new: &NewSession, profile: &runsbx_policy::Profile) -> Result<()> {
+    let limits = &profile.limits;
+    let more = |option: String, most: String, key: &str| {
+        RuntimeError::invalid(
+            option,
+            format!(
+                "is more than the {most} profile `{}` allows, which is all its calls would \
+                 get: give at most that (an operator raises `{key}` in the profile)",
+                profile.name
+            ),
+        )
+    };
+    if let Some(bytes) = new.memory.filter(|b| *b > limits.memory.0) {
+        return Err(more(
+            format!("--memory {}", Size(bytes)),
+            limits.memory.to_string(),
+            "[limits] memory",
+        ));
+    }
+    if let Some(pids) = new
+        .pids
+        .filter(|p| i64::try_from(*p).map_or(true, |p| p > limits.pids))
+    {
+        return Err(more(
+            format!("--pids {pids}"),
+            limits.pids.to_string(),
+            "[limits] pids",
+        ));
+    }
+    let longer = |timeout: &Duration| limits.timeout.filter(|Timeout(max)| timeout > max);
+    if let Some((timeout, Timeout(max))) = new.timeout.and_then(|t| Some((t, longer(&t)?))) {
+        return Err(more(
+            format!("--timeout {}ms", timeout.as_millis()),
+            format!("{}ms", max.as_millis()),
+            "[limits] timeout",
+        ));
+    }
+    Ok(())
 }
 
 pub fn validate_name(name: &str) -> Result<()> {
