@@ -79,7 +79,7 @@ class Interpreter:
             proxy's refusal of private and loopback addresses (a private
             index; nothing else).
         timeout: The longest a request may ask for, and the default.
-        memory: Each sandbox's memory limit.
+        memory: Each sandbox's memory limit (at most the operator profile's, 512M by default).
         max_running: Sandboxes at once; more requests get 503.
         max_sessions: Sessions open at once; more get 503.
         image: The runsbx image (default ``python``).
@@ -93,7 +93,7 @@ class Interpreter:
         proxy_resolve: Optional[Mapping[str, str]] = None,
         proxy_allow_addresses: Iterable[str] = (),
         timeout: float = 30.0,
-        memory: str = "1G",
+        memory: str = "512M",
         max_running: int = 4,
         max_sessions: int = 16,
         image: Optional[str] = None,

@@ -95,7 +95,7 @@ class ExecuteCode:
 
     Args:
         timeout: Seconds the script may run.
-        memory: Its memory limit.
+        memory: Its memory limit (at most the operator profile's, 512M by default).
         env_passthrough: Names of variables of this process to give the
             script (a name that looks like a credential is refused).
         allow_hosts: Hosts the script may reach through runsbx's egress
@@ -108,7 +108,7 @@ class ExecuteCode:
         self,
         *,
         timeout: float = 60.0,
-        memory: str = "1G",
+        memory: str = "512M",
         env_passthrough: Iterable[str] = ("LANG", "TZ"),
         allow_hosts: Iterable[str] = (),
         image: Optional[str] = None,
