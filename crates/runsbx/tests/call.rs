@@ -706,14 +706,19 @@ fn bad_inputs_are_refused(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, bad_inputs_are_refused: bad_input_as_root, bad_input_rootless);
 
+/// The built-in profile's text, to write variants of.
+fn default_profile() -> String {
+    fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bundles/profiles/default.toml"),
+    )
+    .unwrap()
+}
+
 /// `--profile NAME` picks a profile the operator made selectable, when it
 /// is at least as strict as the operator's; anything else is refused with
 /// the flag named, and makes nothing.
 fn a_selectable_profile_only_tightens(fx: Fixture) {
-    let default = fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bundles/profiles/default.toml"),
-    )
-    .unwrap();
+    let default = default_profile();
     let named = |name: &str, from: &str, to: &str| {
         assert!(
             default.contains(from),
@@ -824,10 +829,7 @@ as_root_and_rootless!(RUNSBX, a_selectable_profile_only_tightens: selectable_as_
 /// refused with the option named; so is a session's limit above the
 /// profile's, which its calls would never get.
 fn a_profiles_deadline_and_limits_bound_calls_and_sessions(fx: Fixture) {
-    let default = fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bundles/profiles/default.toml"),
-    )
-    .unwrap();
+    let default = default_profile();
     let short = default
         .replace("name = \"default\"", "name = \"short\"")
         .replace("[limits]\n", "[limits]\ntimeout = \"10s\"\n");
