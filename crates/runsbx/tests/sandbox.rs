@@ -452,8 +452,8 @@ with tempfile.TemporaryDirectory() as d:
 }
 as_root_and_rootless!(RUNSBX, python_pip_coreutils_work: python_as_root, python_rootless);
 
-/// As root, the profile's cgroup limits are applied (memory, pids, cpu), and
-/// a `runsbx.` annotation can only lower them.
+/// As root, the profile's cgroup limits are applied (memory, pids, cpu,
+/// devices), and a `runsbx.` annotation can only lower them.
 #[test]
 fn cgroup_limits_applied_as_root() {
     if !kit::is_root() {
@@ -497,6 +497,18 @@ fn cgroup_limits_applied_as_root() {
     );
     assert_eq!(read("cpu", "cpu.cfs_quota_us"), "100000");
     assert_eq!(read("cpu", "cpu.cfs_period_us"), "100000");
+    // The device cgroup allows the default devices only, not `a *:* rwm`
+    // (every device), which a v1 devices cgroup without a deny rule keeps
+    // from its parent.
+    let devices = read("devices", "devices.list");
+    let listed: Vec<&str> = devices.lines().collect();
+    assert!(
+        !listed.contains(&"a *:* rwm"),
+        "every device allowed: {listed:?}"
+    );
+    for default in ["c 1:3 rwm", "c 1:9 rwm", "c 5:0 rwm", "c 136:* rwm"] {
+        assert!(listed.contains(&default), "{default} missing: {listed:?}");
+    }
     fx.run(["delete", "--force", "c1"]).ok();
     fx.assert_clean();
 }

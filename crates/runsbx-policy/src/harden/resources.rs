@@ -1,7 +1,8 @@
-//! cgroup limits: memory and pids at or below the profile's. Applied where
-//! the host lets runsbx manage cgroups; the attestation says when not.
+//! cgroup limits: memory and pids at or below the profile's, and a device
+//! cgroup that denies every device but the defaults. Applied where the
+//! host lets runsbx manage cgroups; the attestation says when not.
 
-use oci_spec::runtime::LinuxPids;
+use oci_spec::runtime::{LinuxDeviceCgroup, LinuxPids};
 
 use super::Cx;
 use crate::PolicyError;
@@ -67,10 +68,28 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     pids.set_limit(current.map_or(limits.pids, |l| l.min(limits.pids)));
     resources.set_pids(Some(pids));
 
+    // Devices: every device denied, whatever the spec allowed. The runtime
+    // then allows the default set after this rule (libcontainer's
+    // cgroup managers always add it: null, zero, full, random, urandom,
+    // tty, console, ptmx and the pts, plus mknod, which a user namespace
+    // refuses anyway), the only nodes a sandbox's /dev holds (extra
+    // linux.devices are removed, see reject.rs). Without a deny rule a new
+    // v1 devices cgroup keeps its parent's `a *:* rwm`: a device node that
+    // reached the sandbox some other way could be opened.
+    let deny_all = vec![deny_every_device()];
+    let devices_tightened = resources.devices().as_ref() != Some(&deny_all);
+    resources.set_devices(Some(deny_all));
+
     if oom_killer_off {
         cx.change(
             "linux.resources.memory.disableOOMKiller",
             "the OOM killer stays on: a process past the memory limit is killed",
+        );
+    }
+    if devices_tightened {
+        cx.change(
+            "linux.resources.devices",
+            "every device denied but the default ones (null, zero, full, random, urandom, tty, ptmx, pts)",
         );
     }
     let linux = cx.linux();
@@ -86,7 +105,7 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     }
     let detail = if cx.host.cgroups {
         format!(
-            "memory {limit} bytes, pids {}, cpu {quota}us per {PERIOD}us",
+            "memory {limit} bytes, pids {}, cpu {quota}us per {PERIOD}us, devices: the defaults only",
             limits.pids
         )
     } else {
@@ -95,4 +114,16 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     };
     cx.attest("cgroup_limits", cx.host.cgroups, detail);
     Ok(())
+}
+
+/// The device cgroup rule that denies read, write and mknod of every
+/// device.
+fn deny_every_device() -> LinuxDeviceCgroup {
+    let mut rule = LinuxDeviceCgroup::default();
+    rule.set_allow(false);
+    rule.set_typ(None);
+    rule.set_major(None);
+    rule.set_minor(None);
+    rule.set_access(Some("rwm".to_owned()));
+    rule
 }

@@ -431,6 +431,46 @@ fn disabling_the_oom_killer_is_undone_and_said() {
 }
 
 #[test]
+fn every_device_is_denied_whatever_the_spec_allowed() {
+    let deny_all = serde_json::json!([{"allow": false, "access": "rwm"}]);
+    for devices in [
+        serde_json::json!(null),
+        serde_json::json!([]),
+        serde_json::json!([{"allow": true, "access": "rwm"}]),
+        serde_json::json!([{"allow": false, "access": "rwm"}, {"allow": true, "type": "c", "major": 10, "minor": 229, "access": "rwm"}]),
+    ] {
+        let mut spec = serde_json::to_value(load("podman.json")).unwrap();
+        spec["linux"]["resources"]["devices"] = devices.clone();
+        let spec: Spec = serde_json::from_value(spec).unwrap();
+        let out = harden(spec, &profile(), &as_root()).unwrap();
+        let resources = out
+            .spec
+            .linux()
+            .as_ref()
+            .unwrap()
+            .resources()
+            .as_ref()
+            .unwrap();
+        assert_eq!(
+            serde_json::to_value(resources.devices()).unwrap(),
+            deny_all,
+            "from {devices}"
+        );
+        assert_eq!(
+            out.changes
+                .iter()
+                .any(|c| c.field == "linux.resources.devices"),
+            devices != deny_all,
+            "from {devices}: {:?}",
+            out.changes
+        );
+        // Hardening its own output changes nothing.
+        let again = harden(out.spec.clone(), &profile(), &as_root()).unwrap();
+        assert_eq!(again.spec, out.spec);
+    }
+}
+
+#[test]
 fn a_bind_of_the_hosts_sys_is_dropped_like_a_sysfs() {
     // Rootless buildah's RUN steps ask for it.
     let spec = with_bind(load("podman.json"), "/sys", "/sys", &["rbind", "ro"]);
