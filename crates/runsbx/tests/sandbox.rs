@@ -452,6 +452,29 @@ with tempfile.TemporaryDirectory() as d:
 }
 as_root_and_rootless!(RUNSBX, python_pip_coreutils_work: python_as_root, python_rootless);
 
+/// The file `file` of the cgroup that process `pid` is in, in the v1
+/// hierarchy holding `controller`, as read from the host.
+fn cgroup_file(pid: i64, controller: &str, file: &str) -> String {
+    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let line = cgroups
+        .lines()
+        .find(|l| {
+            l.split(':')
+                .nth(1)
+                .is_some_and(|c| c.split(',').any(|x| x == controller))
+        })
+        .unwrap();
+    let dir = line.split(':').nth(1).unwrap();
+    let path = format!(
+        "/sys/fs/cgroup/{dir}{}/{file}",
+        line.split(':').nth(2).unwrap()
+    );
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .trim()
+        .to_owned()
+}
+
 /// As root, the profile's cgroup limits are applied (memory, pids, cpu,
 /// devices), and a `runsbx.` annotation can only lower them.
 #[test]
@@ -466,26 +489,7 @@ fn cgroup_limits_applied_as_root() {
     fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"])
         .ok();
     let pid = fx.run(["state", "c1"]).ok().json()["pid"].as_i64().unwrap();
-    let cgroups = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
-    let read = |controller: &str, file: &str| {
-        let line = cgroups
-            .lines()
-            .find(|l| {
-                l.split(':')
-                    .nth(1)
-                    .is_some_and(|c| c.split(',').any(|x| x == controller))
-            })
-            .unwrap();
-        let dir = line.split(':').nth(1).unwrap();
-        let path = format!(
-            "/sys/fs/cgroup/{dir}{}/{file}",
-            line.split(':').nth(2).unwrap()
-        );
-        std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("{path}: {e}"))
-            .trim()
-            .to_owned()
-    };
+    let read = |controller: &str, file: &str| cgroup_file(pid, controller, file);
     assert_eq!(
         read("memory", "memory.limit_in_bytes"),
         (64u64 << 20).to_string()
@@ -510,5 +514,69 @@ fn cgroup_limits_applied_as_root() {
         assert!(listed.contains(&default), "{default} missing: {listed:?}");
     }
     fx.run(["delete", "--force", "c1"]).ok();
+    fx.assert_clean();
+}
+
+/// As root on cgroup v1, runsbx writes a sandbox's limits into the
+/// cgroups it made (sys/cgroup_limits.rs) where libcontainer would
+/// otherwise write them; with a pids limit under 16, libcontainer still
+/// joins the cgroups and writes them itself. Both leave the same files.
+#[test]
+fn fast_and_libcontainer_limits_are_the_same() {
+    if !kit::is_root() {
+        skip!("fast_and_libcontainer_limits_are_the_same: needs root");
+    }
+    if !std::path::Path::new("/sys/fs/cgroup/memory").is_dir() {
+        skip!("fast_and_libcontainer_limits_are_the_same: no cgroup v1 memory hierarchy");
+    }
+    let fx = Fixture::new(RUNSBX, Who::Root);
+    let files = [
+        ("devices", "devices.list"),
+        ("memory", "memory.limit_in_bytes"),
+        ("memory", "memory.soft_limit_in_bytes"),
+        ("memory", "memory.memsw.limit_in_bytes"),
+        ("memory", "memory.swappiness"),
+        ("memory", "memory.oom_control"),
+        ("cpu", "cpu.cfs_quota_us"),
+        ("cpu", "cpu.cfs_period_us"),
+        ("cpu", "cpu.shares"),
+        ("cpuset", "cpuset.cpus"),
+        ("cpuset", "cpuset.mems"),
+    ];
+    // memsw, for one, exists only with swap accounting.
+    let files: Vec<_> = files
+        .into_iter()
+        .filter(|(controller, file)| {
+            std::path::Path::new(&format!("/sys/fs/cgroup/{controller}/{file}")).exists()
+        })
+        .collect();
+    let mut seen = Vec::new();
+    for (name, pids) in [("fast", "16"), ("libcontainer", "8")] {
+        let b = fx.bundle(name, &["sleep", "1000"], |c| {
+            c["annotations"] = json!({"runsbx.limits.memory": "64M", "runsbx.limits.pids": pids});
+        });
+        fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), name])
+            .ok();
+        let pid = fx.run(["state", name]).ok().json()["pid"].as_i64().unwrap();
+        let read: Vec<String> = files
+            .iter()
+            .map(|(controller, file)| cgroup_file(pid, controller, file))
+            .collect();
+        assert_eq!(cgroup_file(pid, "pids", "pids.max"), pids, "{name}");
+        fx.run(["delete", "--force", name]).ok();
+        seen.push(read);
+    }
+    for (i, (controller, file)) in files.iter().enumerate() {
+        assert_eq!(
+            seen[0][i], seen[1][i],
+            "{controller} {file}: runsbx's against libcontainer's"
+        );
+    }
+    assert_eq!(seen[0][1], (64u64 << 20).to_string());
+    assert!(
+        seen[0][0].contains("c 1:3 rwm") && !seen[0][0].contains("a *:* rwm"),
+        "{:?}",
+        seen[0][0]
+    );
     fx.assert_clean();
 }

@@ -22,7 +22,7 @@ use crate::state::container::{init_pid, op_err, owner, runsbx_cgroup_path, stage
 use crate::state::ids;
 use crate::state::root::{IdLock, StateRoot};
 use crate::state::{bundle, cgroup_claim};
-use crate::sys::cgroup_attach::{pids_limit, FastAttach};
+use crate::sys::cgroup_attach::{self, FastAttach};
 use crate::sys::privilege::CgroupLayout;
 use crate::sys::{cgroupless, copyup, netns, privilege, stage, userns};
 
@@ -252,10 +252,12 @@ fn build_from(
         let (shadow, dropped) = claim_cgroup(root, id, &mut spec)?;
         let prepared = match cgroups_path(&spec) {
             Some(path) => {
-                let pids = pids_limit(&spec);
+                let resources = cgroup_attach::resources(&spec).cloned();
                 let sink = bundle::Effective::path(root, id).join(SINK);
                 let (prepared, staged) =
-                    FastAttach::prepare_during(&path, pids, sink, || stage(&mut spec));
+                    FastAttach::prepare_during(&path, resources.as_ref(), sink, || {
+                        stage(&mut spec)
+                    });
                 staged?;
                 prepared?
             }
@@ -285,6 +287,17 @@ fn build_from(
     // record of it, which exec reads; it is back in the spec returned.
     let sealed = seal(root, &mut spec)?;
     let compiled_by_libcontainer = libcontainer_compiles(&mut spec)?;
+    // The limits runsbx wrote into the cgroups it made are in no
+    // config.json libcontainer reads (it would write them again), but in
+    // the spec returned, which the call's result reports.
+    let limits = match &prepared {
+        Some(fast) if fast.wrote_limits() => spec.linux_mut().as_mut().and_then(|l| {
+            let resources = l.resources().clone();
+            l.set_resources(None);
+            resources
+        }),
+        _ => None,
+    };
     let effective = bundle::Effective::write(root, id, &source.dir, &spec, &report)?;
     let filter = sealed.as_ref().map(|(seccomp, _)| seccomp);
     if let Some(seccomp) = filter.or(compiled_by_libcontainer.as_ref()) {
@@ -340,6 +353,9 @@ fn build_from(
         if let Some(linux) = spec.linux_mut() {
             linux.set_seccomp(Some(seccomp));
         }
+    }
+    if let (Some(resources), Some(linux)) = (limits, spec.linux_mut()) {
+        linux.set_resources(Some(resources));
     }
     let init = init_pid(&container)?;
     let trust_bundle = inspection.as_ref().map(|i| i.bundle.clone());

@@ -14,7 +14,7 @@ use crate::sandbox::exec_guard::ExecGuard;
 use crate::sandbox::network::recheck_network;
 use crate::state::container::{init_pid, load, op_err, status_name};
 use crate::state::root::StateRoot;
-use crate::sys::cgroup_attach::{pids_limit, Entered, FastAttach};
+use crate::sys::cgroup_attach::{self, Entered, FastAttach};
 use crate::sys::signal::SignalGuard;
 use crate::sys::{cgroupless, privilege};
 
@@ -269,10 +269,15 @@ fn fast_attach(
         .spec()
         .map_err(|e| op_err("read config of", container.id(), e))?;
     let sink = container.bundle().join(crate::ops::create::SINK);
-    FastAttach::prepare(&config.cgroup_path, pids_limit(spec), sink, false)?
-        .map(FastAttach::enter)
-        .transpose()
-        .map(Option::flatten)
+    FastAttach::prepare(
+        &config.cgroup_path,
+        cgroup_attach::resources(spec),
+        sink,
+        false,
+    )?
+    .map(FastAttach::enter)
+    .transpose()
+    .map(Option::flatten)
 }
 
 /// libcontainer's tenant builder starts the process in the container's

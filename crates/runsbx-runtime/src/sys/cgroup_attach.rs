@@ -12,13 +12,23 @@
 //!
 //! So, as root on a cgroup v1 (or hybrid) host, runsbx
 //! - makes the sandbox's cgroup in each hierarchy libcontainer will use
-//!   (as libcontainer would, cpuset's cpus and mems copied down),
+//!   (as libcontainer would, cpuset's cpus and mems copied down), and
+//!   writes its limits and device rules there itself when it can write
+//!   them exactly as libcontainer would (sys/cgroup_limits.rs),
 //! - enters a mount namespace of its own, from which nothing propagates
-//!   back, and there binds a plain file over each of those `cgroup.procs`,
+//!   back, where libcontainer's own cgroup writes land in plain files:
+//!   - when runsbx wrote the limits, libcontainer is given none, and sees
+//!     a cgroup2 root at /sys/fs/cgroup (the host's unified hierarchy,
+//!     bound there), so that it builds its cgroup v2 manager, which finds
+//!     nothing (see [`ManagerView`]): the v1 manager it builds otherwise
+//!     searches the mount table once per controller, a fifth of a cold
+//!     call here; its one write, the process into `cgroup.procs`, goes to
+//!     a file of a tmpfs mounted over runsbx's part of that hierarchy;
+//!   - otherwise, a plain file bound over each of the sandbox's v1
+//!     `cgroup.procs`, and libcontainer writes the limits,
 //! - builds the container from a thread that has first moved itself into
 //!   the sandbox's cgroups: libcontainer's intermediate process is forked
-//!   there, its own `cgroup.procs` writes land in the plain file, and its
-//!   limits and device rules are written to the real cgroup as before,
+//!   there,
 //! - moves that thread back, and returns to the host's mount namespace.
 //!
 //! `exec` does the same with the sandbox's existing cgroups; it joins the
@@ -39,10 +49,12 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use libcontainer::oci_spec::runtime::{LinuxResources, Spec};
 use nix::mount::{mount, MsFlags};
 use nix::sched::{setns, unshare, CloneFlags};
 
 use crate::error::{Result, RuntimeError};
+use crate::sys::cgroup_limits;
 use crate::sys::privilege::{self, CgroupLayout};
 
 /// The v1 controllers libcontainer's cgroup manager uses, each with the
@@ -79,13 +91,9 @@ const MIN_PIDS_LIMIT: i64 = 16;
 /// exiting.
 const THREAD_EXIT: Duration = Duration::from_secs(1);
 
-/// The pids limit `spec` gives its sandbox, for [`FastAttach::prepare`].
-pub(crate) fn pids_limit(spec: &libcontainer::oci_spec::runtime::Spec) -> Option<i64> {
-    spec.linux()
-        .as_ref()
-        .and_then(|l| l.resources().as_ref())
-        .and_then(|r| r.pids().as_ref())
-        .map(|p| p.limit())
+/// The cgroup limits `spec` gives its sandbox, for [`FastAttach::prepare`].
+pub(crate) fn resources(spec: &Spec) -> Option<&LinuxResources> {
+    spec.linux().as_ref().and_then(|l| l.resources().as_ref())
 }
 
 /// One hierarchy the sandbox joins.
@@ -95,6 +103,8 @@ struct Hierarchy {
     sandbox: PathBuf,
     /// The cgroup directory this process is in now.
     home: PathBuf,
+    /// The controllers mounted there (`cpu` and `cpuacct` often share one).
+    controllers: Vec<&'static str>,
 }
 
 /// What the fast placement needs, found and made before the build.
@@ -102,20 +112,26 @@ struct Hierarchy {
 pub(crate) struct FastAttach {
     hierarchies: Vec<Hierarchy>,
     sink: PathBuf,
+    cgroup_path: PathBuf,
+    /// runsbx wrote the sandbox's limits itself: libcontainer must be given
+    /// none (see [`Self::wrote_limits`]).
+    wrote_limits: bool,
 }
 
 impl FastAttach {
     /// For a sandbox whose cgroup path is `cgroup_path` (absolute, as
-    /// runsbx gives it), with `sink` a path where a plain file may be made.
-    /// `None` where libcontainer should join the cgroups itself. With
-    /// `make`, the cgroups are made (a create); without, they must exist
-    /// (an exec).
+    /// runsbx gives it) and whose limits are `resources`, with `sink` a
+    /// path where a plain file may be made. `None` where libcontainer
+    /// should join the cgroups itself. With `make`, the cgroups are made,
+    /// and the limits written where [`cgroup_limits::writable`] says (a
+    /// create); without, they must exist (an exec).
     pub(crate) fn prepare(
         cgroup_path: &Path,
-        pids_limit: Option<i64>,
+        resources: Option<&LinuxResources>,
         sink: PathBuf,
         make: bool,
     ) -> Result<Option<FastAttach>> {
+        let pids_limit = resources.and_then(|r| r.pids().as_ref()).map(|p| p.limit());
         if !matches!(
             privilege::cgroup_layout(),
             CgroupLayout::V1 | CgroupLayout::Hybrid
@@ -137,9 +153,34 @@ impl FastAttach {
                 return Ok(None);
             }
         }
+        let wrote_limits = match resources {
+            Some(r) if make && cgroup_limits::writable(r) => {
+                let dir_of = |controller: &str| {
+                    hierarchies
+                        .iter()
+                        .find(|h| h.controllers.contains(&controller))
+                        .map(|h| h.sandbox.as_path())
+                };
+                cgroup_limits::write(r, dir_of)?;
+                true
+            }
+            _ => false,
+        };
         fs::write(&sink, "")
             .map_err(|e| RuntimeError::io(format!("create {}", sink.display()), e))?;
-        Ok(Some(FastAttach { hierarchies, sink }))
+        Ok(Some(FastAttach {
+            hierarchies,
+            sink,
+            cgroup_path: cgroup_path.to_owned(),
+            wrote_limits,
+        }))
+    }
+
+    /// runsbx wrote the sandbox's limits into its cgroups: the spec
+    /// libcontainer builds from must have none (libcontainer's manager,
+    /// which would write them again, only places the process).
+    pub(crate) fn wrote_limits(&self) -> bool {
+        self.wrote_limits
     }
 
     /// [`Self::prepare`] with `make` on a thread of its own while this
@@ -149,14 +190,14 @@ impl FastAttach {
     /// [`Self::enter`] needs this process to have no other thread.
     pub(crate) fn prepare_during<T>(
         cgroup_path: &Path,
-        pids_limit: Option<i64>,
+        resources: Option<&LinuxResources>,
         sink: PathBuf,
         work: impl FnOnce() -> T,
     ) -> (Result<Option<FastAttach>>, T) {
         let (prepared, tid, done) = std::thread::scope(|s| {
             let making = s.spawn(|| {
                 let tid = nix::unistd::gettid();
-                (Self::prepare(cgroup_path, pids_limit, sink, true), tid)
+                (Self::prepare(cgroup_path, resources, sink, true), tid)
             });
             let done = work();
             let (prepared, tid) = making
@@ -176,9 +217,11 @@ impl FastAttach {
     }
 
     /// Opens the `tasks` files, enters a mount namespace of this process's
-    /// own and binds the sink over each `cgroup.procs` there. `None` when
-    /// this process has other threads (they share its filesystem context,
-    /// so the kernel refuses it a mount namespace of its own).
+    /// own and there makes libcontainer's cgroup writes land in plain
+    /// files: a [`ManagerView`] when runsbx wrote the limits, else the sink
+    /// bound over each `cgroup.procs`. `None` when this process has other
+    /// threads (they share its filesystem context, so the kernel refuses
+    /// it a mount namespace of its own).
     pub(crate) fn enter(self) -> Result<Option<Entered>> {
         let ctx = |step: &str| format!("place the sandbox in its cgroups: {step}");
         let open_tasks = |dir: &Path| {
@@ -196,6 +239,9 @@ impl FastAttach {
         let Some(ns) = PrivateMounts::enter()? else {
             return Ok(None);
         };
+        if self.wrote_limits && ManagerView::make(&self.cgroup_path)? {
+            return Ok(Some(Entered { into, back, ns }));
+        }
         for h in &self.hierarchies {
             let procs = h.sandbox.join("cgroup.procs");
             mount(
@@ -311,11 +357,18 @@ fn hierarchies(
             return None;
         }
         if !seen.insert(m.mount_point.clone()) {
+            if let Some(h) = found
+                .iter_mut()
+                .find(|h: &&mut Hierarchy| h.sandbox.starts_with(&m.mount_point))
+            {
+                h.controllers.push(controller);
+            }
             continue;
         }
         found.push(Hierarchy {
             sandbox: m.mount_point.join(relative),
             home: m.mount_point.join(own.trim_start_matches('/')),
+            controllers: vec![controller],
         });
     }
     (!found.is_empty()).then_some(found)
@@ -348,6 +401,104 @@ fn make_cgroup(dir: &Path) -> Result<()> {
     }
     Ok(())
 }
+
+/// What libcontainer's intermediate process is shown at /sys/fs/cgroup
+/// when runsbx wrote the sandbox's limits, in the private mount namespace
+/// it is forked from (its init leaves that view when it pivots into the
+/// rootfs).
+///
+/// libcontainer 0.7 always builds a cgroup manager there, and adds its own
+/// process to it; with no limits to write, that is all it does. Its v1
+/// manager first finds every controller's hierarchy (the mount table and
+/// /proc/self/cgroup read again for each of twelve); its v2 manager, which
+/// it builds where /sys/fs/cgroup is a cgroup2 filesystem, reads nothing.
+/// So the host's unified (cgroup2) hierarchy is bound at /sys/fs/cgroup,
+/// and a tmpfs over runsbx's directory in it holds the sandbox's path with
+/// two plain files, `cgroup.procs` (where libcontainer writes its pid) and
+/// `cgroup.kill` (which the manager would write, were a failed create to
+/// remove it, rather than kill the pids listed in `cgroup.procs`). No
+/// cgroup of the host is written. The intermediate process is in the
+/// sandbox's v1 cgroups already (forked there), and the host's unified
+/// hierarchy, with no controller, holds no limit.
+struct ManagerView;
+
+impl ManagerView {
+    /// Where the host's unified hierarchy is mounted on a hybrid host.
+    const UNIFIED: &'static str = "/sys/fs/cgroup/unified";
+
+    /// Makes the view for a sandbox at `cgroup_path` (absolute); false,
+    /// leaving nothing, where it cannot be made: no unified hierarchy (a
+    /// host with v1 only), a cgroup path outside runsbx's own (an
+    /// engine's, whose name in the unified hierarchy belongs to others),
+    /// or a unified hierarchy runsbx may not make its directory in or bind
+    /// (inside another container, say). The sinks are used then.
+    fn make(cgroup_path: &Path) -> Result<bool> {
+        let ctx = |step: &str| format!("an empty cgroup manager's view for the build: {step}");
+        let mut parts = cgroup_path.components();
+        if parts.next() != Some(std::path::Component::RootDir) {
+            return Ok(false);
+        }
+        let Some(first) = parts.next() else {
+            return Ok(false);
+        };
+        let rest = parts.as_path();
+        if first.as_os_str() != RUNSBX_PARENT || rest.as_os_str().is_empty() {
+            return Ok(false);
+        }
+        let unified = Path::new(Self::UNIFIED);
+        let is_cgroup2 = nix::sys::statfs::statfs(unified)
+            .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::CGROUP2_SUPER_MAGIC);
+        if !is_cgroup2 {
+            return Ok(false);
+        }
+        // runsbx's directory in the unified hierarchy: an empty cgroup that
+        // never holds a process, only this view's mount point. Made once.
+        match fs::create_dir(unified.join(RUNSBX_PARENT)) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                tracing::debug!("{}: {e}", ctx("make its mount point"));
+                return Ok(false);
+            }
+            _ => {}
+        }
+        let root = Path::new("/sys/fs/cgroup");
+        if let Err(e) = mount(
+            Some(unified),
+            root,
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        ) {
+            tracing::debug!("{}: {e}", ctx("bind the unified hierarchy"));
+            return Ok(false);
+        }
+        let parent = root.join(RUNSBX_PARENT);
+        if let Err(e) = mount(
+            Some("runsbx-cgroup-view"),
+            &parent,
+            Some("tmpfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            Some("mode=0700,size=64k"),
+        ) {
+            tracing::debug!("{}: {e}", ctx("mount its tmpfs"));
+            // The v1 hierarchies back in view, for the sinks.
+            nix::mount::umount2(root, nix::mount::MntFlags::MNT_DETACH)
+                .map_err(|e| RuntimeError::sys(ctx("unbind the unified hierarchy"), e))?;
+            return Ok(false);
+        }
+        let dir = parent.join(rest);
+        fs::create_dir_all(&dir)
+            .map_err(|e| RuntimeError::io(ctx("make the sandbox's path"), e))?;
+        for file in ["cgroup.procs", "cgroup.kill"] {
+            fs::write(dir.join(file), "")
+                .map_err(|e| RuntimeError::io(ctx(&format!("make {file}")), e))?;
+        }
+        Ok(true)
+    }
+}
+
+/// The first component of every cgroup path runsbx gives a sandbox
+/// (state::container::runsbx_cgroup_path).
+const RUNSBX_PARENT: &str = "runsbx";
 
 /// This process in a mount namespace of its own until [`Self::leave`]
 /// (or drop) takes it back, with its working directory.
@@ -451,24 +602,28 @@ mod tests {
             cg("/sys/fs/cgroup/freezer", "/"),
         ];
         let found = hierarchies(&mounts, OWN, Path::new("/runsbx/a-1"));
-        let h = |s: &str, home: &str| Hierarchy {
+        let h = |s: &str, home: &str, controllers: &[&'static str]| Hierarchy {
             sandbox: s.into(),
             home: home.into(),
+            controllers: controllers.to_vec(),
         };
         assert_eq!(
             found,
             Some(vec![
                 h(
                     "/sys/fs/cgroup/cpu,cpuacct/runsbx/a-1",
-                    "/sys/fs/cgroup/cpu,cpuacct/"
+                    "/sys/fs/cgroup/cpu,cpuacct/",
+                    &["cpu", "cpuacct"]
                 ),
                 h(
                     "/sys/fs/cgroup/memory/runsbx/a-1",
-                    "/sys/fs/cgroup/memory/m/n"
+                    "/sys/fs/cgroup/memory/m/n",
+                    &["memory"]
                 ),
                 h(
                     "/sys/fs/cgroup/pids/runsbx/a-1",
-                    "/sys/fs/cgroup/pids/user.slice"
+                    "/sys/fs/cgroup/pids/user.slice",
+                    &["pids"]
                 ),
             ])
         );

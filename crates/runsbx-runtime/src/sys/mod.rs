@@ -6,6 +6,7 @@
 
 pub mod beneath;
 pub mod cgroup_attach;
+pub mod cgroup_limits;
 pub mod cgroupless;
 pub mod copyup;
 pub mod fork;
