@@ -166,8 +166,6 @@ impl FastAttach {
             }
             _ => false,
         };
-        fs::write(&sink, "")
-            .map_err(|e| RuntimeError::io(format!("create {}", sink.display()), e))?;
         Ok(Some(FastAttach {
             hierarchies,
             sink,
@@ -242,6 +240,8 @@ impl FastAttach {
         if self.wrote_limits && ManagerView::make(&self.cgroup_path)? {
             return Ok(Some(Entered { into, back, ns }));
         }
+        fs::write(&self.sink, "")
+            .map_err(|e| RuntimeError::io(ctx(&format!("create {}", self.sink.display())), e))?;
         for h in &self.hierarchies {
             let procs = h.sandbox.join("cgroup.procs");
             mount(
