@@ -1,7 +1,7 @@
 //! A container as runsbx keeps it: loading its state, its init, the names
 //! of the host resources it holds, and the errors of its operations.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use libcontainer::container::{Container, ContainerStatus};
 use libcontainer::error::LibcontainerError;
@@ -10,6 +10,7 @@ use nix::unistd::Pid;
 
 use crate::error::{Result, RuntimeError};
 use crate::state::root::StateRoot;
+use crate::sys::cgroup_attach::CGROUP_PARENT;
 use crate::sys::{privilege, procs};
 
 /// Loads the state of container `id`, refreshed against its process.
@@ -60,10 +61,11 @@ pub(crate) fn root_hash(root: &StateRoot) -> u32 {
 /// root, whose ids may repeat the default root's, `/runsbx/<hash of the
 /// state root>-<id>`.
 pub(crate) fn runsbx_cgroup_path(root: &StateRoot, id: &str) -> PathBuf {
+    let parent = Path::new("/").join(CGROUP_PARENT);
     if root.path() == crate::state::root::default_root() {
-        PathBuf::from(format!("/runsbx/{id}"))
+        parent.join(id)
     } else {
-        PathBuf::from(format!("/runsbx/{}", stage_key(root, id)))
+        parent.join(stage_key(root, id))
     }
 }
 

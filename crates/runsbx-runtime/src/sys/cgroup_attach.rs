@@ -107,6 +107,10 @@ struct Hierarchy {
     controllers: Vec<&'static str>,
 }
 
+/// The cgroup, in every hierarchy, under which runsbx makes its
+/// sandboxes' (state/container.rs, `runsbx_cgroup_path`).
+pub(crate) const CGROUP_PARENT: &str = "runsbx";
+
 /// What the fast placement needs, found and made before the build.
 #[derive(Debug)]
 pub(crate) struct FastAttach {
@@ -442,7 +446,7 @@ impl ManagerView {
             return Ok(false);
         };
         let rest = parts.as_path();
-        if first.as_os_str() != RUNSBX_PARENT || rest.as_os_str().is_empty() {
+        if first.as_os_str() != CGROUP_PARENT || rest.as_os_str().is_empty() {
             return Ok(false);
         }
         let unified = Path::new(Self::UNIFIED);
@@ -453,7 +457,7 @@ impl ManagerView {
         }
         // runsbx's directory in the unified hierarchy: an empty cgroup that
         // never holds a process, only this view's mount point. Made once.
-        match fs::create_dir(unified.join(RUNSBX_PARENT)) {
+        match fs::create_dir(unified.join(CGROUP_PARENT)) {
             Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
                 tracing::debug!("{}: {e}", ctx("make its mount point"));
                 return Ok(false);
@@ -471,7 +475,7 @@ impl ManagerView {
             tracing::debug!("{}: {e}", ctx("bind the unified hierarchy"));
             return Ok(false);
         }
-        let parent = root.join(RUNSBX_PARENT);
+        let parent = root.join(CGROUP_PARENT);
         if let Err(e) = mount(
             Some("runsbx-cgroup-view"),
             &parent,
@@ -495,10 +499,6 @@ impl ManagerView {
         Ok(true)
     }
 }
-
-/// The first component of every cgroup path runsbx gives a sandbox
-/// (state::container::runsbx_cgroup_path).
-const RUNSBX_PARENT: &str = "runsbx";
 
 /// This process in a mount namespace of its own until [`Self::leave`]
 /// (or drop) takes it back, with its working directory.
