@@ -402,6 +402,11 @@ fn the_profiles_tmpfs_goes_under_the_specs_mounts_below_it() {
     );
 }
 
+/// A hardened spec's cgroup resources.
+fn resources_of(spec: &Spec) -> &oci_spec::runtime::LinuxResources {
+    spec.linux().as_ref().unwrap().resources().as_ref().unwrap()
+}
+
 #[test]
 fn disabling_the_oom_killer_is_undone_and_said() {
     let mut spec = load("podman.json");
@@ -413,16 +418,7 @@ fn disabling_the_oom_killer_is_undone_and_said() {
     linux.set_resources(Some(resources));
     spec.set_linux(Some(linux));
     let out = harden(spec, &profile(), &as_root()).unwrap();
-    let memory = out
-        .spec
-        .linux()
-        .as_ref()
-        .unwrap()
-        .resources()
-        .as_ref()
-        .unwrap()
-        .memory()
-        .unwrap();
+    let memory = resources_of(&out.spec).memory().unwrap();
     assert_eq!(memory.disable_oom_killer(), Some(false));
     assert!(out
         .changes
@@ -443,16 +439,8 @@ fn every_device_is_denied_whatever_the_spec_allowed() {
         spec["linux"]["resources"]["devices"] = devices.clone();
         let spec: Spec = serde_json::from_value(spec).unwrap();
         let out = harden(spec, &profile(), &as_root()).unwrap();
-        let resources = out
-            .spec
-            .linux()
-            .as_ref()
-            .unwrap()
-            .resources()
-            .as_ref()
-            .unwrap();
         assert_eq!(
-            serde_json::to_value(resources.devices()).unwrap(),
+            serde_json::to_value(resources_of(&out.spec).devices()).unwrap(),
             deny_all,
             "from {devices}"
         );
@@ -662,18 +650,7 @@ fn annotations_only_tighten() {
         ("runsbx.limits.nofile".to_owned(), "100000".to_owned()),
     ])));
     let out = harden(spec, &profile(), &as_root()).unwrap();
-    let memory = out
-        .spec
-        .linux()
-        .as_ref()
-        .unwrap()
-        .resources()
-        .as_ref()
-        .unwrap()
-        .memory()
-        .as_ref()
-        .unwrap()
-        .limit();
+    let memory = resources_of(&out.spec).memory().as_ref().unwrap().limit();
     assert_eq!(memory, Some(32 << 20));
     let nofile = out
         .spec
