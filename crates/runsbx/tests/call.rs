@@ -997,6 +997,53 @@ fn a_running_call_makes_no_directory_on_the_host(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, a_running_call_makes_no_directory_on_the_host: private_dirs_as_root, private_dirs_rootless);
 
+/// As root, a call's read-only rootfs is an overlay of detached layers
+/// (the image's tree, idmapped, and an empty tmpfs). The call keeps them
+/// attached in its private mount namespace, to go with it at its end
+/// rather than each dissolved on its own: there they are read-only, under
+/// a directory only host root may enter.
+#[test]
+fn a_calls_kept_layers_are_read_only_and_root_only() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    if !kit::is_root() {
+        skip!("a_calls_kept_layers_are_read_only_and_root_only: needs root");
+    }
+    let fx = Fixture::new(RUNSBX, Who::Root);
+    let m = marker(&fx, 11);
+    let mut child = running_sleep(&fx, &m);
+    // The call's runsbx and its watchdog share its mount namespace.
+    let pid = runsbx_processes_with(&m)[0];
+    let mountinfo = fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
+    let kept: Vec<(String, String)> = mountinfo
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f[4].starts_with("/run/runsbx-rootfs/") && f[4].contains("/layers/"))
+                .then(|| (f[4].to_owned(), f[5].to_owned()))
+        })
+        .collect();
+    let dir = kept.first().map(|(at, _)| {
+        let layers = Path::new(at).parent().unwrap().to_owned();
+        fs::metadata(format!("/proc/{pid}/root{}", layers.display())).unwrap()
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        kept.len(),
+        2,
+        "the layers kept in the call's namespace: {kept:?}"
+    );
+    for (at, options) in &kept {
+        assert!(
+            options.split(',').any(|o| o == "ro"),
+            "{at} is mounted {options}, not read-only"
+        );
+    }
+    let dir = dir.unwrap();
+    assert_eq!((dir.uid(), dir.permissions().mode() & 0o777), (0, 0o700));
+    clean_soon(&fx, &m);
+}
+
 /// A call killed with SIGKILL together with its watchdog: the next call's
 /// sweep finds it by its lock and removes all of it, its sandbox's
 /// processes included.

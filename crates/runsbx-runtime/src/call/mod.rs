@@ -152,6 +152,9 @@ fn run(
     // in this namespace only.
     if !privilege::rootless() {
         stage::private_root()?;
+        if session.is_none() {
+            stage::leave_to_namespace();
+        }
     }
     let dir = CallDir::create(root, id)?;
     let watchdog = sweep::Watchdog::spawn(root, id)?;
@@ -313,7 +316,13 @@ fn run(
     if !settled {
         deliver(result, tails);
     }
-    ws.unmount()?;
+    // A call's own workspace goes with its mount namespace, as its stage
+    // does; a session's is unmounted before the next call may take it.
+    if session.is_some() {
+        ws.unmount()?;
+    } else {
+        ws.leave_to_namespace();
+    }
     drop(lock);
     drop(watchdog);
     Ok(())

@@ -186,6 +186,13 @@ impl Workspace {
             .map_err(|e| RuntimeError::io(format!("chown the workspace {:?}", self.dir), e))
     }
 
+    /// Leaves the workspace mounted, to go with the call's private mount
+    /// namespace when its processes exit (see stage::leave_to_namespace):
+    /// only for a call's own tmpfs, which nothing else sees.
+    pub fn leave_to_namespace(mut self) {
+        self.mounted = false;
+    }
+
     pub fn unmount(mut self) -> Result<()> {
         self.mounted = false;
         umount2(&self.dir, MntFlags::MNT_DETACH)

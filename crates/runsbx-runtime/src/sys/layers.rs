@@ -102,7 +102,13 @@ impl EngineOverlay {
             .iter()
             .map(|(k, v)| (k.as_str(), v.as_str()))
             .collect();
-        newmount::overlay(&lowers, upper.as_ref(), &options, read_only)
+        newmount::overlay(
+            &lowers,
+            upper.as_ref(),
+            &options,
+            read_only,
+            &mut Vec::new(),
+        )
     }
 }
 

@@ -119,6 +119,27 @@ pub fn idmap(tree: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> nix::Result<()> {
     })
 }
 
+/// Makes every mount of the detached `tree` read-only.
+pub fn read_only(tree: BorrowedFd<'_>) -> nix::Result<()> {
+    let attr = MountAttr {
+        attr_set: u64::from(MOUNT_ATTR_RDONLY),
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: attr is a live, correctly sized mount_attr; the path is "".
+    unit_from(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })
+}
+
 /// Attaches the detached mount `mnt` at `target`.
 pub fn attach(mnt: BorrowedFd<'_>, target: &Path) -> nix::Result<()> {
     let dst = c_path(target)?;
@@ -230,9 +251,10 @@ const SOURCE: &str = "runsbx";
 /// than the image's host directory on the host's block device. The layer
 /// is handed over as an fd (Linux 6.13), and the kernel names a detached
 /// layer `/`. overlayfs needs two layers when there is no upper one; the
-/// second is an empty read-only tmpfs, below the image.
-pub fn read_only_view(tree: BorrowedFd<'_>) -> nix::Result<OwnedFd> {
-    overlay(&[tree], None, &[], true)
+/// second is an empty read-only tmpfs, below the image, which is pushed to
+/// `made` (see [`overlay`]).
+pub fn read_only_view(tree: BorrowedFd<'_>, made: &mut Vec<OwnedFd>) -> nix::Result<OwnedFd> {
+    overlay(&[tree], None, &[], true, made)
 }
 
 /// A writable layer of an overlay: its upper and work directories, each a
@@ -247,11 +269,18 @@ pub struct Upper {
 /// overlayfs options copied from the mount it replaces (those that change
 /// how the layers' contents are read). Always nosuid and nodev; read-only
 /// without an upper layer, or when `read_only`.
+///
+/// A layer this makes itself (the empty one, below) is pushed to `made`,
+/// still detached: the overlay keeps private copies of its layers, and a
+/// detached mount is dissolved when its last fd closes, which waits for an
+/// RCU grace period of its own. The caller may attach it where it goes with
+/// other mounts instead (sys/stage.rs), or drop it.
 pub fn overlay(
     lowers: &[BorrowedFd<'_>],
     upper: Option<&Upper>,
     options: &[(&str, &str)],
     read_only: bool,
+    made: &mut Vec<OwnedFd>,
 ) -> nix::Result<OwnedFd> {
     let overlay = Context::open("overlay")?;
     overlay.set("source", SOURCE)?;
@@ -261,13 +290,13 @@ pub fn overlay(
     for lower in lowers {
         overlay.set_fd("lowerdir+", *lower)?;
     }
-    let empty;
     if upper.is_none() && lowers.len() == 1 {
         // Without an upper layer overlayfs wants two lower ones.
         let tmpfs = Context::open("tmpfs")?;
         tmpfs.set("source", SOURCE)?;
-        empty = tmpfs.mount()?;
+        let empty = tmpfs.mount()?;
         overlay.set_fd("lowerdir+", empty.as_fd())?;
+        made.push(empty);
     }
     if let Some(upper) = upper {
         overlay.set_fd("upperdir", upper.upper.as_fd())?;
