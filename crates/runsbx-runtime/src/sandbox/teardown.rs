@@ -409,14 +409,32 @@ pub(crate) fn destroy_reaped(root: &StateRoot, container: &mut Container) -> Res
         }
         remove_cgroup(&config.cgroup_path)?;
     }
+    // The state directory and the host side (the effective bundle's
+    // directory last) are independent, and each ends with a directory's
+    // removal, which on a disk mounted with `discard` waits for the device
+    // to discard its block (0.3-0.4 ms on these VMs): both at once. Either
+    // left half-done by a kill is what the sweep reclaims (`reclaim`).
     let dir = root.container_dir(&id);
-    fs::remove_dir_all(&dir)
-        .or_else(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Ok(()),
-            _ => Err(e),
-        })
-        .map_err(|e| RuntimeError::io(format!("remove {dir:?}"), e))?;
-    release_host_side(root, &id)
+    let (state, host) = std::thread::scope(|s| {
+        let state = s.spawn(|| {
+            fs::remove_dir_all(&dir)
+                .or_else(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => Ok(()),
+                    _ => Err(e),
+                })
+                .map_err(|e| RuntimeError::io(format!("remove {dir:?}"), e))
+        });
+        let host = release_host_side(root, &id);
+        let state = state.join().unwrap_or_else(|_| {
+            Err(RuntimeError::invalid(
+                format!("remove {dir:?}"),
+                "the thread removing it panicked",
+            ))
+        });
+        (state, host)
+    });
+    state?;
+    host
 }
 
 /// Removes what container `id` holds outside its state directory: staged
