@@ -82,7 +82,11 @@ if [ -n "${BASELINE:-}" ]; then
     # of a noisy machine.
     ta=() tb=()
     for i in $(seq 1 $((runs + 5))); do
-        for which in runsbx baseline; do
+        # Each goes first every other round: the second of a pair runs
+        # while the first's teardown is still settling in the kernel.
+        order="runsbx baseline"
+        [ $((i % 2)) = 0 ] && order="baseline runsbx"
+        for which in $order; do
             rt=$work/current
             [ "$which" = baseline ] && rt=$work/baseline
             t0=$(date +%s%N)
@@ -125,16 +129,25 @@ median_cmd_ms() {
 }
 # median_alternating_ms TOOL_A TOOL_B CMD...: the medians of CMD run by
 # `sandbox TOOL_A` and `sandbox TOOL_B`, one after the other, call_runs
-# times each.
+# times each; each goes first every other round (the second of a pair
+# runs while the first's teardown is still settling in the kernel: RCU
+# callbacks, a disk's discards).
 median_alternating_ms() {
     local a=$1 b=$2 i t0 t1
     shift 2
     local -a ta=() tb=()
+    alt_one() {
+        t0=$(date +%s%N); sandbox "$1" "${@:3}" >/dev/null; t1=$(date +%s%N)
+        if [ "$i" -gt 3 ]; then
+            if [ "$2" = a ]; then ta+=($(( (t1 - t0) / 1000 ))); else tb+=($(( (t1 - t0) / 1000 ))); fi
+        fi
+    }
     for i in $(seq 1 $((call_runs + 3))); do
-        t0=$(date +%s%N); sandbox "$a" "$@" >/dev/null; t1=$(date +%s%N)
-        [ "$i" -gt 3 ] && ta+=($(( (t1 - t0) / 1000 )))
-        t0=$(date +%s%N); sandbox "$b" "$@" >/dev/null; t1=$(date +%s%N)
-        [ "$i" -gt 3 ] && tb+=($(( (t1 - t0) / 1000 )))
+        if [ $((i % 2)) = 1 ]; then
+            alt_one "$a" a "$@"; alt_one "$b" b "$@"
+        else
+            alt_one "$b" b "$@"; alt_one "$a" a "$@"
+        fi
     done
     local med='{a[NR]=$1} END {m = (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2; printf "%.2f", m / 1000}'
     echo "$(printf '%s\n' "${ta[@]}" | sort -n | awk "$med") $(printf '%s\n' "${tb[@]}" | sort -n | awk "$med")"
