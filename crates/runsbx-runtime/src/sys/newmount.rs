@@ -100,33 +100,32 @@ fn open_tree_clone(source: &Path, flags: libc::c_uint) -> nix::Result<OwnedFd> {
 /// namespace `userns` (MOUNT_ATTR_IDMAP). EINVAL: the filesystem cannot be
 /// idmapped (overlayfs as a whole, for one).
 pub fn idmap(tree: BorrowedFd<'_>, userns: BorrowedFd<'_>) -> nix::Result<()> {
-    let attr = MountAttr {
-        attr_set: MOUNT_ATTR_IDMAP,
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: userns.as_raw_fd() as u64,
-    };
-    // SAFETY: attr is a live, correctly sized mount_attr; the path is "".
-    unit_from(unsafe {
-        libc::syscall(
-            libc::SYS_mount_setattr,
-            tree.as_raw_fd(),
-            c"".as_ptr(),
-            libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
-            &attr as *const MountAttr,
-            std::mem::size_of::<MountAttr>(),
-        )
-    })
+    set_recursive(
+        tree,
+        &MountAttr {
+            attr_set: MOUNT_ATTR_IDMAP,
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: userns.as_raw_fd() as u64,
+        },
+    )
 }
 
 /// Makes every mount of the detached `tree` read-only.
 pub fn read_only(tree: BorrowedFd<'_>) -> nix::Result<()> {
-    let attr = MountAttr {
-        attr_set: u64::from(MOUNT_ATTR_RDONLY),
-        attr_clr: 0,
-        propagation: 0,
-        userns_fd: 0,
-    };
+    set_recursive(
+        tree,
+        &MountAttr {
+            attr_set: u64::from(MOUNT_ATTR_RDONLY),
+            attr_clr: 0,
+            propagation: 0,
+            userns_fd: 0,
+        },
+    )
+}
+
+/// mount_setattr of `attr` on every mount of the detached `tree`.
+fn set_recursive(tree: BorrowedFd<'_>, attr: &MountAttr) -> nix::Result<()> {
     // SAFETY: attr is a live, correctly sized mount_attr; the path is "".
     unit_from(unsafe {
         libc::syscall(
@@ -134,7 +133,7 @@ pub fn read_only(tree: BorrowedFd<'_>) -> nix::Result<()> {
             tree.as_raw_fd(),
             c"".as_ptr(),
             libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
-            &attr as *const MountAttr,
+            attr as *const MountAttr,
             std::mem::size_of::<MountAttr>(),
         )
     })
