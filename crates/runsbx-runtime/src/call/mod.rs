@@ -161,13 +161,13 @@ fn run(
     let (_storage, ws) = match &session {
         Some(s) => {
             let owner = range.map(|r| (r.base, r.base));
-            let (storage, ws) = s.mount(&dir.0, &sandbox.rootfs, owner)?;
+            let (storage, ws) = s.mount(&dir.path, &sandbox.rootfs, owner)?;
             sandbox.run_on(storage.rootfs.clone())?;
             (Some(storage), ws)
         }
         None => (
             None,
-            Workspace::mount(&dir.0.join("workspace"), workspace_size)?,
+            Workspace::mount(&dir.path.join("workspace"), workspace_size)?,
         ),
     };
     for input in &req.inputs {
@@ -177,7 +177,7 @@ fn run(
     // the listener, denials are EPERM from the filter, unreported.
     let listener = match std::env::var_os("RUNSBX_BENCH_NO_SECCOMP_LISTENER") {
         Some(_) => None,
-        None => seccomp_events::Listener::bind(&dir.0)?,
+        None => seccomp_events::Listener::bind(&dir.path)?,
     };
     sandbox.seccomp_listener = listener.as_ref().map(|l| l.path().to_owned());
     // A warm sandbox: its init is a stub, its requests are held to the
@@ -200,7 +200,7 @@ fn run(
         }
         None => None,
     };
-    let (mut sandbox, streams) = Sandbox::create(root, id, &dir.0, &ws, &lock, sandbox, range)?;
+    let (mut sandbox, streams) = Sandbox::create(root, id, &dir.path, &ws, &lock, sandbox, range)?;
     let (fitter, mut link) = match template {
         Some((link, made)) => {
             let range = sandbox.built.id_range;
@@ -322,6 +322,7 @@ fn run(
         ws.unmount()?;
     } else {
         ws.leave_to_namespace();
+        dir.leave_to_namespace();
     }
     drop(lock);
     drop(watchdog);
@@ -516,8 +517,12 @@ impl Linger {
 }
 
 /// The directory of a call's own files (its workspace mount point, its
-/// seccomp listener's socket), removed when dropped.
-struct CallDir(PathBuf);
+/// seccomp listener's socket), removed when dropped unless it was left to
+/// the call's mount namespace.
+struct CallDir {
+    path: PathBuf,
+    left: bool,
+}
 
 impl CallDir {
     /// Made in a tmpfs over `<root>/@calls` that only the call's private
@@ -546,15 +551,28 @@ impl CallDir {
             .mode(0o700)
             .create(&dir)
             .map_err(|e| RuntimeError::io(format!("create {dir:?}"), e))?;
-        Ok(Self(dir))
+        Ok(Self {
+            path: dir,
+            left: false,
+        })
+    }
+
+    /// Left with the workspace still mounted in it, to go with the
+    /// namespace as its tmpfs does: its removal would stop at that mount
+    /// point (`remove_tree` never crosses one).
+    fn leave_to_namespace(mut self) {
+        self.left = true;
     }
 }
 
 impl Drop for CallDir {
     fn drop(&mut self) {
+        if self.left {
+            return;
+        }
         // A session's storage is unmounted from it already; if it was not,
         // its files must not be deleted through it.
-        let _ = crate::sys::beneath::remove_tree(&self.0);
+        let _ = crate::sys::beneath::remove_tree(&self.path);
     }
 }
 
