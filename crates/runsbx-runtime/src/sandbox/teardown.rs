@@ -425,12 +425,9 @@ pub(crate) fn destroy_reaped(root: &StateRoot, container: &mut Container) -> Res
                 .map_err(|e| RuntimeError::io(format!("remove {dir:?}"), e))
         });
         let host = release_host_side(root, &id);
-        let state = state.join().unwrap_or_else(|_| {
-            Err(RuntimeError::invalid(
-                format!("remove {dir:?}"),
-                "the thread removing it panicked",
-            ))
-        });
+        let state = state
+            .join()
+            .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (state, host)
     });
     state?;
