@@ -247,7 +247,12 @@ fn cgroup_dirs(path: &Path) -> Vec<PathBuf> {
 }
 
 fn cgroup_procs(path: &Path) -> Vec<Pid> {
-    let mut pids: Vec<Pid> = cgroup_dirs(path)
+    procs_in(&cgroup_dirs(path))
+}
+
+/// The processes in cgroup directories `dirs`, each once.
+fn procs_in(dirs: &[PathBuf]) -> Vec<Pid> {
+    let mut pids: Vec<Pid> = dirs
         .iter()
         .flat_map(|d| {
             fs::read_to_string(d.join("cgroup.procs"))
@@ -264,12 +269,15 @@ fn cgroup_procs(path: &Path) -> Vec<Pid> {
 }
 
 /// Removes the container's cgroup directories, SIGKILLing whatever each
-/// still holds. Killed processes leave a cgroup only once they are fully
-/// gone (EBUSY until then): retried for a second.
+/// still holds. The kernel refuses to remove a cgroup that holds a process
+/// (EBUSY), so the directories are removed first and their processes read
+/// only when one is refused: a sandbox whose init is reaped has none left
+/// (its pid namespace ended with it), and reading every hierarchy's
+/// `cgroup.procs` first cost a call's teardown about thirty syscalls on
+/// cgroupfs. Each refusal kills what the refused directory holds then
+/// (one forked since the last look too). Killed processes leave a cgroup
+/// only once they are fully gone (EBUSY until then): retried for a second.
 fn remove_cgroup(path: &Path) -> Result<()> {
-    for pid in cgroup_procs(path) {
-        let _ = kill(pid, Signal::SIGKILL);
-    }
     for d in cgroup_dirs(path) {
         let mut tries = 0;
         loop {
@@ -277,6 +285,9 @@ fn remove_cgroup(path: &Path) -> Result<()> {
                 Ok(()) => break,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
                 Err(e) if e.raw_os_error() == Some(libc::EBUSY) && tries < 200 => {
+                    for pid in procs_in(std::slice::from_ref(&d)) {
+                        let _ = kill(pid, Signal::SIGKILL);
+                    }
                     tries += 1;
                     std::thread::sleep(std::time::Duration::from_millis(5));
                 }
