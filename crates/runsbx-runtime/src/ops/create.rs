@@ -337,6 +337,9 @@ fn build_from(
         }
         None => build()?,
     };
+    // The namespaces' holders, let go while the rootfs was staged, have
+    // exited by now.
+    userns::reap_released();
     // While runsbx still sees the rootfs it was built from.
     fill_tmpfs(&container, &spec, &hardened.tmpcopyup)?;
     if let Some(shadow) = shadow {
