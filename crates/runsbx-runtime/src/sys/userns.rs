@@ -529,4 +529,45 @@ mod tests {
             "0 5 1 1 1 4294967294"
         );
     }
+
+    /// A holder let go is still runsbx's child until [`reap_released`],
+    /// and gone, not a zombie, after it; the namespace it held stays open.
+    #[test]
+    fn let_go_holders_are_reaped_and_their_namespace_kept() {
+        if !Uid::effective().is_root() {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "SKIP is not allowed under CI: mapping host ids needs root"
+            );
+            eprintln!("SKIP let_go_holders_are_reaped_and_their_namespace_kept: needs root");
+            return;
+        }
+        let ns = with_maps(
+            "a test namespace",
+            "0 3000000 10\n",
+            "0 3000000 10\n",
+            false,
+        )
+        .unwrap();
+        let pids: Vec<Pid> = RELEASED.with(|r| r.borrow().iter().map(|h| h.pid).collect());
+        assert_eq!(pids.len(), 1, "the holder is kept until it is reaped");
+        reap_released();
+        assert!(RELEASED.with(|r| r.borrow().is_empty()));
+        let proc_dir = format!("/proc/{}", pids[0]);
+        assert!(
+            !Path::new(&proc_dir).exists(),
+            "the holder {} is still there after reap_released",
+            pids[0]
+        );
+        let mine = fs::File::open("/proc/self/ns/user").unwrap();
+        assert!(
+            !same_file(&ns, &mine).unwrap(),
+            "the namespace is a new one"
+        );
+        let parent = fs::File::from(parent_ns(&ns).unwrap());
+        assert!(
+            same_file(&parent, &mine).unwrap(),
+            "and a child of this one"
+        );
+    }
 }
