@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::io::Write;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use base64::Engine as _;
@@ -127,57 +128,127 @@ impl<W: Write> Drop for JsonLines<W> {
 /// reader who stops reading holds that thread and never the call's wait
 /// (its deadline, its signals). What waits in memory is bounded by the
 /// heads (half of `--max-output` per stream) and their JSON framing.
+///
+/// The thread starts with the first bytes written: a command that prints
+/// nothing on a stream (most tool calls print on one at most) costs no
+/// thread for it, whose start and end were a cold call's most expensive
+/// steps after its command had ended.
 pub struct Background {
+    state: Arc<Mutex<Writing>>,
+}
+
+/// A [`Background`] writer's thread, once started.
+struct Writing {
+    name: String,
+    /// Until the thread starts, which then owns it.
+    out: Option<Box<dyn Write + Send>>,
     tx: Option<std::sync::mpsc::Sender<Vec<u8>>>,
     thread: Option<std::thread::JoinHandle<()>>,
+    /// Why the thread could not start, for [`Background::finish`].
+    failed: Option<std::io::Error>,
+}
+
+impl Writing {
+    fn send(&mut self, bytes: Vec<u8>) -> std::io::Result<()> {
+        if self.tx.is_none() {
+            let Some(mut out) = self.out.take() else {
+                return Err(std::io::ErrorKind::BrokenPipe.into());
+            };
+            let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
+            let started = std::thread::Builder::new()
+                .name(self.name.clone())
+                .spawn(move || {
+                    for bytes in rx {
+                        // A reader gone: the rest is dropped, the call goes on.
+                        if out.write_all(&bytes).and_then(|()| out.flush()).is_err() {
+                            break;
+                        }
+                    }
+                });
+            match started {
+                Ok(thread) => {
+                    self.tx = Some(tx);
+                    self.thread = Some(thread);
+                }
+                Err(e) => {
+                    let kind = e.kind();
+                    self.failed = Some(e);
+                    return Err(kind.into());
+                }
+            }
+        }
+        match &self.tx {
+            Some(tx) if tx.send(bytes).is_ok() => Ok(()),
+            _ => Err(std::io::ErrorKind::BrokenPipe.into()),
+        }
+    }
 }
 
 impl Background {
-    pub fn spawn<W: Write + Send + 'static>(mut out: W, name: &str) -> std::io::Result<Self> {
-        let (tx, rx) = std::sync::mpsc::channel::<Vec<u8>>();
-        let thread = std::thread::Builder::new()
-            .name(name.to_owned())
-            .spawn(move || {
-                for bytes in rx {
-                    // A reader gone: the rest is dropped, the call goes on.
-                    if out.write_all(&bytes).and_then(|()| out.flush()).is_err() {
-                        break;
-                    }
-                }
-            })?;
-        Ok(Self {
-            tx: Some(tx),
-            thread: Some(thread),
-        })
+    /// Writes to `out` from a thread named `name`, started when the
+    /// first bytes come.
+    pub fn new<W: Write + Send + 'static>(out: W, name: &str) -> Self {
+        Self {
+            state: Arc::new(Mutex::new(Writing {
+                name: name.to_owned(),
+                out: Some(Box::new(out)),
+                tx: None,
+                thread: None,
+                failed: None,
+            })),
+        }
     }
 
-    /// A writer whose bytes this thread writes, in order.
+    /// A writer whose bytes the thread writes, in order.
     pub fn writer(&self) -> impl Write + Send + 'static {
-        Queued(self.tx.clone())
+        Queued(Arc::clone(&self.state))
     }
 
     /// Waits until everything queued so far is written (or the reader is
-    /// gone); every writer must have been dropped.
-    pub fn finish(self) {}
+    /// gone); every writer must have been dropped. An error if the thread
+    /// could not be started: what was to go out live did not.
+    pub fn finish(self) -> std::io::Result<()> {
+        let (thread, failed) = {
+            let mut w = lock(&self.state);
+            // Whatever comes later is refused: the thread is not started
+            // again.
+            w.out = None;
+            drop(w.tx.take());
+            (w.thread.take(), w.failed.take())
+        };
+        if let Some(t) = thread {
+            let _ = t.join();
+        }
+        failed.map_or(Ok(()), Err)
+    }
 }
 
 impl Drop for Background {
     fn drop(&mut self) {
-        drop(self.tx.take());
-        if let Some(t) = self.thread.take() {
+        let thread = {
+            let mut w = lock(&self.state);
+            w.out = None;
+            drop(w.tx.take());
+            w.thread.take()
+        };
+        if let Some(t) = thread {
             let _ = t.join();
         }
     }
 }
 
-struct Queued(Option<std::sync::mpsc::Sender<Vec<u8>>>);
+/// The writer's state; a thread that panicked holding it left nothing
+/// half-done that matters here (a sender, a handle).
+fn lock(state: &Mutex<Writing>) -> std::sync::MutexGuard<'_, Writing> {
+    state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+struct Queued(Arc<Mutex<Writing>>);
 
 impl Write for Queued {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        match &self.0 {
-            Some(tx) if tx.send(buf.to_vec()).is_ok() => Ok(buf.len()),
-            _ => Err(std::io::ErrorKind::BrokenPipe.into()),
-        }
+        lock(&self.0).send(buf.to_vec())?;
+        Ok(buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
@@ -353,7 +424,7 @@ mod tests {
     fn a_background_writer_never_blocks_its_caller() {
         // A pipe nobody reads: 64 KiB fit, the rest would block a writer.
         let (r, w) = nix::unistd::pipe().unwrap();
-        let bg = Background::spawn(std::fs::File::from(w), "test-writer").unwrap();
+        let bg = Background::new(std::fs::File::from(w), "test-writer");
         let mut writer = bg.writer();
         for _ in 0..64 {
             writer.write_all(&[b'x'; 4096]).unwrap();
@@ -365,8 +436,47 @@ mod tests {
             std::io::Read::read_to_end(&mut std::fs::File::from(r), &mut all).unwrap();
             all.len()
         });
-        bg.finish();
+        bg.finish().unwrap();
         assert_eq!(reader.join().unwrap(), 64 * 4096);
+    }
+
+    /// The names of this process's threads now.
+    fn thread_names() -> Vec<String> {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .flatten()
+            .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+            .map(|c| c.trim_end().to_owned())
+            .collect()
+    }
+
+    #[test]
+    fn a_background_writer_starts_its_thread_with_the_first_bytes() {
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let bg = Background::new(std::fs::File::from(w), "lazy-writer");
+        let mut writer = bg.writer();
+        assert!(
+            !thread_names().iter().any(|n| n == "lazy-writer"),
+            "no thread before anything is written"
+        );
+        writer.write_all(b"first").unwrap();
+        assert!(thread_names().iter().any(|n| n == "lazy-writer"));
+        drop(writer);
+        bg.finish().unwrap();
+        let mut all = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(r), &mut all).unwrap();
+        assert_eq!(all, b"first");
+
+        // Nothing written: nothing started, and finish has nothing to wait
+        // for; the output is closed with it.
+        let (r, w) = nix::unistd::pipe().unwrap();
+        let bg = Background::new(std::fs::File::from(w), "idle-writer");
+        drop(bg.writer());
+        bg.finish().unwrap();
+        let mut all = Vec::new();
+        std::io::Read::read_to_end(&mut std::fs::File::from(r), &mut all).unwrap();
+        assert!(all.is_empty());
+        assert!(!thread_names().iter().any(|n| n == "idle-writer"));
     }
 
     #[test]

@@ -250,7 +250,7 @@ fn run(
     };
     // A stream's chunks are timed from the command's start.
     let started = Instant::now();
-    let writers = LiveWriters::spawn(req.live)?;
+    let writers = LiveWriters::new(req.live);
     let mut out = capture::Capture::new(req.max_output, writers.sink(req, false, started));
     let mut err = capture::Capture::new(req.max_output, writers.sink(req, true, started));
     let end = wait::until_end(
@@ -591,33 +591,31 @@ fn start_proxy(
 }
 
 /// The threads that write the command's output out as it comes (see
-/// [`capture::Background`]): runsbx's stdout, and its stderr for echoed
-/// human output.
+/// [`capture::Background`], each started with its first bytes): runsbx's
+/// stdout, and its stderr for echoed human output.
 struct LiveWriters {
     stdout: Option<capture::Background>,
     stderr: Option<capture::Background>,
 }
 
 impl LiveWriters {
-    fn spawn(live: LiveOutput) -> Result<Self> {
-        let bg = |out: Box<dyn std::io::Write + Send>, name: &str| {
-            capture::Background::spawn(out, name)
-                .map_err(|e| RuntimeError::io("start a thread for the live output", e))
-        };
-        Ok(match live {
+    fn new(live: LiveOutput) -> Self {
+        use capture::Background;
+        let stdout = || Some(Background::new(std::io::stdout(), "runsbx-stdout"));
+        match live {
             LiveOutput::Quiet => Self {
                 stdout: None,
                 stderr: None,
             },
             LiveOutput::Echo => Self {
-                stdout: Some(bg(Box::new(std::io::stdout()), "runsbx-stdout")?),
-                stderr: Some(bg(Box::new(std::io::stderr()), "runsbx-stderr")?),
+                stdout: stdout(),
+                stderr: Some(Background::new(std::io::stderr(), "runsbx-stderr")),
             },
             LiveOutput::Stream => Self {
-                stdout: Some(bg(Box::new(std::io::stdout()), "runsbx-stdout")?),
+                stdout: stdout(),
                 stderr: None,
             },
-        })
+        }
     }
 
     /// Where the command's stdout (or stderr) goes as it comes; a
@@ -645,9 +643,17 @@ impl LiveWriters {
         }
     }
 
+    /// Waits until everything is written. A writer whose thread could not
+    /// be started is said once, as a warning: the call still ends and is
+    /// torn down as usual, and its result keeps what the command printed.
     fn finish(self) {
         for w in [self.stdout, self.stderr].into_iter().flatten() {
-            w.finish();
+            if let Err(e) = w.finish() {
+                tracing::warn!(
+                    "the command's output was not all passed on as it came: \
+                     start a thread for it: {e}"
+                );
+            }
         }
     }
 }
