@@ -240,7 +240,9 @@ impl Drop for Background {
 /// The writer's state; a thread that panicked holding it left nothing
 /// half-done that matters here (a sender, a handle).
 fn lock(state: &Mutex<Writing>) -> std::sync::MutexGuard<'_, Writing> {
-    state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    state
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 struct Queued(Arc<Mutex<Writing>>);
@@ -455,12 +457,20 @@ mod tests {
         let (r, w) = nix::unistd::pipe().unwrap();
         let bg = Background::new(std::fs::File::from(w), "lazy-writer");
         let mut writer = bg.writer();
+        // Time enough for a thread started with the writer to have named
+        // itself.
+        std::thread::sleep(std::time::Duration::from_millis(50));
         assert!(
             !thread_names().iter().any(|n| n == "lazy-writer"),
             "no thread before anything is written"
         );
         writer.write_all(b"first").unwrap();
-        assert!(thread_names().iter().any(|n| n == "lazy-writer"));
+        // A new thread names itself once it runs.
+        let named = (0..1000).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            thread_names().iter().any(|n| n == "lazy-writer")
+        });
+        assert!(named, "the first bytes start the thread");
         drop(writer);
         bg.finish().unwrap();
         let mut all = Vec::new();
@@ -472,11 +482,12 @@ mod tests {
         let (r, w) = nix::unistd::pipe().unwrap();
         let bg = Background::new(std::fs::File::from(w), "idle-writer");
         drop(bg.writer());
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!thread_names().iter().any(|n| n == "idle-writer"));
         bg.finish().unwrap();
         let mut all = Vec::new();
         std::io::Read::read_to_end(&mut std::fs::File::from(r), &mut all).unwrap();
         assert!(all.is_empty());
-        assert!(!thread_names().iter().any(|n| n == "idle-writer"));
     }
 
     #[test]
