@@ -11,12 +11,14 @@ mod profile_cmd;
 mod serve;
 mod session_cmd;
 
+use clap::Parser;
+
 use runsbx_runtime::image::ImageError;
 use runsbx_runtime::{exit, ErrorKind, RuntimeError};
 
 fn main() {
     runsbx_runtime::sys::signal::restore_default_sigpipe();
-    let cli = parse_args();
+    let cli = cli::Cli::parse();
     let logs_to_file = cli.global.log.is_some();
     let code = match run(cli) {
         Ok(code) => code,
@@ -38,22 +40,6 @@ fn main() {
         }
     };
     std::process::exit(code);
-}
-
-/// The command line, parsed as `Cli::parse` would. clap builds the whole
-/// command tree (every subcommand's arguments) to parse one, and taking it
-/// apart again cost about as many instructions as the parse (165,000 of a
-/// call's 1.3 million before its sandbox is made, callgrind): the tree is
-/// left to the process's exit instead, as are the matches.
-fn parse_args() -> cli::Cli {
-    use clap::{CommandFactory, FromArgMatches};
-    let command: &'static mut clap::Command = Box::leak(Box::new(cli::Cli::command()));
-    let mut matches = command
-        .try_get_matches_from_mut(std::env::args_os())
-        .unwrap_or_else(|e| e.exit());
-    let parsed = cli::Cli::from_arg_matches_mut(&mut matches);
-    std::mem::forget(matches);
-    parsed.unwrap_or_else(|e| e.format(command).exit())
 }
 
 /// An error that ends runsbx with the exit code of the runsbx command it
