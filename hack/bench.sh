@@ -115,11 +115,14 @@ trap '"${pm[@]}" rm -af >/dev/null 2>&1; "${pm[@]}" rmi -af >/dev/null 2>&1; rm 
 path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 call_runs=$(( runs < 50 ? runs : 50 ))
 
-# median_cmd_ms CMD...: the median wall time of CMD over call_runs runs.
+# median_cmd_ms CMD...: the median wall time of CMD over call_runs runs,
+# $gap seconds apart (none unless set).
+gap=0
 median_cmd_ms() {
     local i t0 t1
     local -a times=()
     for i in $(seq 1 $((call_runs + 3))); do
+        [ "$gap" = 0 ] || sleep "$gap"
         t0=$(date +%s%N)
         "$@" >/dev/null
         t1=$(date +%s%N)
@@ -137,6 +140,7 @@ median_alternating_ms() {
     shift 2
     local -a ta=() tb=()
     alt_one() {
+        [ "$gap" = 0 ] || sleep "$gap"
         t0=$(date +%s%N); sandbox "$1" "${@:3}" >/dev/null; t1=$(date +%s%N)
         if [ "$i" -gt 3 ]; then
             if [ "$2" = a ]; then ta+=($(( (t1 - t0) / 1000 ))); else tb+=($(( (t1 - t0) / 1000 ))); fi
@@ -188,6 +192,22 @@ for cmd in "/bin/true" "python3 -c pass"; do
             "$cmd" "$now" "$base" "$(awk -v a="$now" -v b="$base" 'BEGIN{print a/b}')"
     fi
 done
+# Tool calls come seconds apart (the model thinks between them): so again
+# with 0.1 s between calls, where each starts on idle CPUs. On these VMs
+# a thread or process woken on an idle CPU waits for it to wake first,
+# which back to back it seldom does.
+echo "the same, 0.1 s between calls (median of $call_runs, ms)"
+gap=0.1
+true_runsbx=$(median_cmd_ms sandbox runsbx /bin/true)
+true_bwrap=$(median_cmd_ms sandbox bwrap /bin/true)
+printf '  %-16s runsbx %8s   bwrap %8s   runsbx/bwrap = %.2f\n' "/bin/true" "$true_runsbx" "$true_bwrap" \
+    "$(awk -v a="$true_runsbx" -v b="$true_bwrap" 'BEGIN{print a/b}')"
+if [ -n "${BASELINE:-}" ]; then
+    read -r now base < <(median_alternating_ms current baseline /bin/true)
+    printf '  %-16s runsbx %8s   baseline %6s   runsbx/baseline = %.2f (alternating)\n' \
+        "/bin/true" "$now" "$base" "$(awk -v a="$now" -v b="$base" 'BEGIN{print a/b}')"
+fi
+gap=0
 
 # --- The state roots above are in /tmp, on this host's root filesystem.
 # On these VMs that is an ext4 without a journal, mounted with `discard`,
