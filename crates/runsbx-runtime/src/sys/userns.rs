@@ -505,6 +505,7 @@ pub(crate) fn parent_ns(ns: &fs::File) -> nix::Result<OwnedFd> {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
