@@ -131,8 +131,8 @@ impl<W: Write> Drop for JsonLines<W> {
 ///
 /// The thread starts with the first bytes written: a command that prints
 /// nothing on a stream (most tool calls print on one at most) costs no
-/// thread for it, whose start and end were a cold call's most expensive
-/// steps after its command had ended.
+/// thread for it, whose start, wake-ups and end each wait, on a VM whose
+/// idle CPUs halt, for a CPU to wake.
 pub struct Background {
     state: Arc<Mutex<Writing>>,
 }
