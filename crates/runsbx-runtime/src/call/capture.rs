@@ -208,10 +208,15 @@ impl Background {
     /// gone); every writer must have been dropped. An error if the thread
     /// could not be started: what was to go out live did not.
     pub fn finish(self) -> std::io::Result<()> {
+        self.stop().map_or(Ok(()), Err)
+    }
+
+    /// Ends the thread once it has written what was queued, and refuses
+    /// whatever comes later (the thread is not started again); why it
+    /// could not be started, if it could not.
+    fn stop(&self) -> Option<std::io::Error> {
         let (thread, failed) = {
             let mut w = lock(&self.state);
-            // Whatever comes later is refused: the thread is not started
-            // again.
             w.out = None;
             drop(w.tx.take());
             (w.thread.take(), w.failed.take())
@@ -219,21 +224,13 @@ impl Background {
         if let Some(t) = thread {
             let _ = t.join();
         }
-        failed.map_or(Ok(()), Err)
+        failed
     }
 }
 
 impl Drop for Background {
     fn drop(&mut self) {
-        let thread = {
-            let mut w = lock(&self.state);
-            w.out = None;
-            drop(w.tx.take());
-            w.thread.take()
-        };
-        if let Some(t) = thread {
-            let _ = t.join();
-        }
+        self.stop();
     }
 }
 
