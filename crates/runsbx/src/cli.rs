@@ -88,6 +88,32 @@ pub enum Command {
     Standard(liboci_cli::StandardCmd),
     #[command(flatten)]
     Common(Box<liboci_cli::CommonCmd>),
+    /// Checkpoint a running container: not supported, a sandbox is never
+    /// migrated (exit 6)
+    Checkpoint(Checkpoint),
+}
+
+/// runc's `checkpoint`, under its own name: liboci-cli 0.7 spells it
+/// `checkpointt`, which is still accepted but not listed (see [`parse`]).
+#[derive(Args, Debug)]
+pub struct Checkpoint {
+    /// runc's options and the container id, whatever they are
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+    pub args: Vec<String>,
+}
+
+/// The command line, parsed as [`Parser::parse`] does (exiting with
+/// clap's message on an error), with liboci-cli's `checkpointt` hidden:
+/// clap would otherwise list it and suggest it to whoever typed runc's
+/// `checkpoint`.
+pub fn parse() -> Cli {
+    let cmd =
+        <Cli as clap::CommandFactory>::command().mut_subcommand("checkpointt", |c| c.hide(true));
+    let mut matches = cmd.get_matches();
+    Cli::from_arg_matches_mut(&mut matches).unwrap_or_else(|e| {
+        e.format(&mut <Cli as clap::CommandFactory>::command())
+            .exit()
+    })
 }
 
 #[derive(Args, Debug)]

@@ -44,6 +44,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Mcp(a) => {
             return crate::mcp::run(a.0, cli.global.root.clone(), cli.global.config.clone())
         }
+        Command::Checkpoint(_) => return Err(checkpoint_unsupported()),
         Command::Check => {
             let findings = check::host();
             let mut out = std::io::stdout().lock();
@@ -138,12 +139,22 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
                 let dir = a.bundle.unwrap_or_else(|| PathBuf::from("."));
                 spec::write(&dir, &spec::default_spec(a.rootless)?)?;
             }
-            CommonCmd::Checkpointt(_) => {
-                anyhow::bail!("checkpoint is not supported by runsbx (a sandbox is not migrated)")
-            }
+            CommonCmd::Checkpointt(_) => return Err(checkpoint_unsupported()),
         },
     }
     Ok(0)
+}
+
+/// runc's `checkpoint` (and liboci-cli's `checkpointt`): exit 6, before
+/// the container is looked at, so that nothing is touched.
+fn checkpoint_unsupported() -> anyhow::Error {
+    runsbx_runtime::RuntimeError::Unsupported {
+        what: "checkpoint".to_owned(),
+        reason: "runsbx does not checkpoint or restore a sandbox (it never migrates one); \
+                 files that must outlive a call belong in a session (`runsbx session create`)"
+            .to_owned(),
+    }
+    .into()
 }
 
 fn print_json(value: &impl serde::Serialize) -> Result<()> {

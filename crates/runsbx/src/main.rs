@@ -11,14 +11,12 @@ mod profile_cmd;
 mod serve;
 mod session_cmd;
 
-use clap::Parser;
-
 use runsbx_runtime::image::ImageError;
 use runsbx_runtime::{exit, ErrorKind, RuntimeError};
 
 fn main() {
     runsbx_runtime::sys::signal::restore_default_sigpipe();
-    let cli = cli::Cli::parse();
+    let cli = cli::parse();
     let logs_to_file = cli.global.log.is_some();
     let code = match run(cli) {
         Ok(code) => code,

@@ -13,6 +13,7 @@ const RUNSBX: &str = env!("CARGO_BIN_EXE_runsbx");
 const INVALID_INPUT: i32 = 3;
 const NOT_FOUND: i32 = 4;
 const CONFLICT: i32 = 5;
+const UNSUPPORTED: i32 = 6;
 
 fn assert_refused(out: &kit::Out, code: i32, needle: &str) {
     assert_eq!(out.code, code, "{out:?}");
@@ -134,6 +135,44 @@ fn unknown_container(fx: Fixture) {
     fx.assert_clean();
 }
 as_root_and_rootless!(RUNSBX, unknown_container: unknown_container_as_root, unknown_container_rootless);
+
+/// runc's `checkpoint` is refused as unsupported under its own name (and
+/// liboci-cli's `checkpointt`), whatever its options, before any state is
+/// looked at; `--help` lists runc's spelling only.
+fn checkpoint_is_unsupported(fx: Fixture) {
+    let b = fx.bundle("b", &["sleep", "1000"], |_| {});
+    fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"])
+        .ok();
+    for args in [
+        &["checkpoint", "c1"][..],
+        &[
+            "checkpoint",
+            "--image-path",
+            "/nonexistent",
+            "--leave-running",
+            "c1",
+        ],
+        &["checkpoint", "ghost"],
+        &["checkpointt", "c1"],
+    ] {
+        let out = fx.run(args);
+        assert_refused(
+            &out,
+            UNSUPPORTED,
+            "runsbx does not checkpoint or restore a sandbox",
+        );
+        assert_eq!(out.stderr.lines().count(), 1, "the cause, once: {out:?}");
+    }
+    // The container was not touched.
+    let state = fx.run(["state", "c1"]).ok();
+    assert!(state.stdout.contains("\"running\""), "{state:?}");
+    let help = fx.run(["--help"]).ok();
+    assert!(help.stdout.contains("\n  checkpoint "), "{help:?}");
+    assert!(!help.stdout.contains("checkpointt"), "{help:?}");
+    fx.run(["delete", "--force", "c1"]).ok();
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, checkpoint_is_unsupported: checkpoint_unsupported_as_root, checkpoint_unsupported_rootless);
 
 fn bad_signal(fx: Fixture) {
     let b = fx.bundle("b", &["sleep", "1000"], |_| {});
