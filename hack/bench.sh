@@ -249,14 +249,41 @@ for n in 2 8; do
         "$(per_second "$n" runsbx)" "$(per_second "$n" bwrap)" "$(per_second "$n" podman)"
 done
 
+# rate N TOTAL CMD...: CMD run TOTAL times with N at once, in calls
+# finished per second. xargs execs CMD itself: no shell per call.
+rate() {
+    local n=$1 total=$2 t0 t1
+    shift 2
+    t0=$(date +%s%N)
+    seq 1 "$total" | xargs -P "$n" -I{} "$@" >/dev/null
+    t1=$(date +%s%N)
+    awk -v c="$total" -v ns=$(( t1 - t0 )) 'BEGIN { printf "%.1f", c / (ns / 1e9) }'
+}
+
+# --- The peers of the pool's sustained rate below: the same number of
+# cold sandboxes of /bin/true, 2 at once, each made and torn down by the
+# caller's command (bubblewrap's, and runsbx's own cold call). A pooled
+# sandbox costs as much to make as a cold one; the pool only makes it
+# before its request comes.
+sustained=${SUSTAINED:-2000}
+echo
+echo "cold sandboxes per second, $sustained calls of /bin/true, 2 at once"
+cold_bwrap=$(rate 2 "$sustained" bwrap --ro-bind "$image_rootfs" / --proc /proc --dev /dev \
+    --tmpfs /tmp --tmpfs /workspace --chdir /workspace --unshare-all --die-with-parent \
+    --new-session --clearenv --setenv PATH "$path" -- /bin/true)
+cold_runsbx=$(rate 2 "$sustained" "$runsbx" --root "$work/state-call" call --image python -- /bin/true)
+printf '  runsbx call %6s   bwrap %6s   runsbx/bwrap = %.2f\n' "$cold_runsbx" "$cold_bwrap" \
+    "$(awk -v a="$cold_runsbx" -v b="$cold_bwrap" 'BEGIN{print a/b}')"
+
 # --- The warm pool: a call that finds a sandbox ready (runsbx.Pool and
 # `runsbx serve` directly, the pool left 0.2 s to refill between calls),
 # calls per second with 2 and 8 at once, and a sustained run of
-# SUSTAINED calls (default 2000) 2 at a time (hack/pool-bench.py).
+# SUSTAINED calls (default 2000) 2 at a time (hack/pool-bench.py), with
+# its ratio to bubblewrap's cold rate above.
 echo
 echo "warm pool on the python image (p50/p99 of $call_runs calls, ms)"
-python3 hack/pool-bench.py "$runsbx" "$call_runs" "${SUSTAINED:-2000}" \
-    "${bwrap_ms[/bin/true]}" "${bwrap_ms[python3 -c pass]}"
+python3 hack/pool-bench.py "$runsbx" "$call_runs" "$sustained" \
+    "${bwrap_ms[/bin/true]}" "${bwrap_ms[python3 -c pass]}" "$cold_bwrap"
 
 # --- A session's calls against plain ones: the session's disk mounted,
 # its overlay made and its workspace bound, per call.

@@ -5,10 +5,11 @@ line each way), calls per second with 2 and 8 at once, and a sustained
 run. Prints one line per figure; times are of the whole call as the
 caller sees it.
 
-    hack/pool-bench.py RUNSBX_BINARY [RUNS] [SUSTAINED] [BWRAP_TRUE_MS BWRAP_PY_MS]
+    hack/pool-bench.py RUNSBX_BINARY [RUNS] [SUSTAINED] [BWRAP_TRUE_MS BWRAP_PY_MS [BWRAP_RATE]]
 
 With bubblewrap's cold medians of the same run (from hack/bench.sh), the
-warm medians are also printed as ratios to them.
+warm medians are also printed as ratios to them; with its cold sandboxes
+per second (SUSTAINED of /bin/true, 2 at once), the sustained rate too.
 
 A warm call is one that finds a sandbox ready: an agent's tool calls come
 seconds apart (the model thinks between them), so the latency runs leave
@@ -96,6 +97,7 @@ def main():
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 50
     sustained = int(sys.argv[3]) if len(sys.argv) > 3 else 1000
     bwrap = [float(x) for x in sys.argv[4:6]] if len(sys.argv) > 5 else [None, None]
+    bwrap_rate = float(sys.argv[6]) if len(sys.argv) > 6 else None
     for cmd, cold in zip((["/bin/true"], ["python3", "-c", "pass"]), bwrap):
         name = " ".join(cmd)
         c = warm_client(binary, cmd, runs)
@@ -109,7 +111,8 @@ def main():
     for n in (2, 8):
         print(f"  {n} at once: {per_second(binary, cmd, n, 8 * n, size=n):.1f} calls/s (pool size {n})")
     rate = per_second(binary, ["/bin/true"], 2, sustained, size=4)
-    print(f"  sustained: {sustained} calls of /bin/true, 2 at once, pool size 4: {rate:.1f} calls/s")
+    vs = f"   pool/bwrap cold = {rate / bwrap_rate:.2f}" if bwrap_rate else ""
+    print(f"  sustained: {sustained} calls of /bin/true, 2 at once, pool size 4: {rate:.1f} calls/s{vs}")
 
 
 if __name__ == "__main__":
