@@ -107,8 +107,10 @@ pub struct Checkpoint {
 /// clap would otherwise list it and suggest it to whoever typed runc's
 /// `checkpoint`.
 pub fn parse() -> Cli {
-    let cmd =
-        <Cli as clap::CommandFactory>::command().mut_subcommand("checkpointt", |c| c.hide(true));
+    let mut cmd = <Cli as clap::CommandFactory>::command();
+    if cmd.find_subcommand("checkpointt").is_some() {
+        cmd = cmd.mut_subcommand("checkpointt", |c| c.hide(true));
+    }
     let mut matches = cmd.get_matches();
     Cli::from_arg_matches_mut(&mut matches).unwrap_or_else(|e| {
         e.format(&mut <Cli as clap::CommandFactory>::command())
