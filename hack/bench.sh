@@ -255,7 +255,8 @@ rate() {
     local n=$1 total=$2 t0 t1
     shift 2
     t0=$(date +%s%N)
-    seq 1 "$total" | xargs -P "$n" -I{} "$@" >/dev/null
+    seq 1 "$total" | xargs -P "$n" -I{} "$@" >/dev/null ||
+        { echo "bench.sh: a call failed while timing: $*" >&2; return 1; }
     t1=$(date +%s%N)
     awk -v c="$total" -v ns=$(( t1 - t0 )) 'BEGIN { printf "%.1f", c / (ns / 1e9) }'
 }
