@@ -239,7 +239,8 @@ printf '  call /bin/true   tmpfs %8s   %s %8s   tmpfs/bwrap = %.2f\n' "$tmpfs_ms
 per_second() {
     local n=$1 tool=$2 total=$(( 4 * $1 )) t0 t1
     t0=$(date +%s%N)
-    seq 1 "$total" | xargs -P "$n" -I{} bash -c "$(declare -f sandbox); $(declare -p pm work runsbx image_rootfs path); sandbox $tool python3 -c pass >/dev/null"
+    seq 1 "$total" | xargs -P "$n" -I{} bash -c "$(declare -f sandbox); $(declare -p pm work runsbx image_rootfs path); sandbox $tool python3 -c pass >/dev/null" ||
+        { echo "bench.sh: a $tool call failed while timing" >&2; return 1; }
     t1=$(date +%s%N)
     awk -v c="$total" -v ns=$(( t1 - t0 )) 'BEGIN { printf "%.1f", c / (ns / 1e9) }'
 }
