@@ -127,9 +127,17 @@ fn full_lifecycle(fx: Fixture) {
     assert_eq!(state["bundle"], b.canonicalize().unwrap().to_str().unwrap());
     assert!(state["ociVersion"].as_str().unwrap().starts_with("1."));
     assert!(state["created"].as_str().unwrap().contains('T'));
+    // The caller, though rootless runsbx builds as root in a user
+    // namespace of its own; and still after the start saves the state.
+    let owner = match &fx.who {
+        kit::Who::Root => "root",
+        kit::Who::User(u) => u.name.as_str(),
+    };
+    assert_eq!(state["owner"], owner, "{state}");
 
     fx.run(["start", "c1"]).ok();
     fx.wait_status("c1", "running");
+    assert_eq!(fx.run(["state", "c1"]).ok().json()["owner"], owner);
     let again = fx.run(["start", "c1"]);
     assert_eq!(again.code, 5, "second start: {again:?}");
 
