@@ -20,8 +20,8 @@ use serde::Serialize;
 
 pub use annotations::{EgressOverride, Overrides};
 pub use harden::{
-    harden, harden_exec, harden_with, is_bind_mount, proxy_env, trust_env, EgressPlan, Learn,
-    PROXY_PORT, TRUST_BUNDLE,
+    bound_update, harden, harden_exec, harden_with, is_bind_mount, proxy_env, trust_env,
+    EgressPlan, Learn, PROXY_PORT, TRUST_BUNDLE,
 };
 pub use profile::{OperatorConfig, Profile};
 pub use verify::verify;
@@ -43,6 +43,12 @@ pub struct HostFacts {
     pub seccomp: bool,
     /// runsbx can put the container in a cgroup and apply limits there.
     pub cgroups: bool,
+    /// The memory cgroup can limit swap too: the kernel keeps swap
+    /// accounts (cgroup v1's `memory.memsw.*` files, cgroup v2's
+    /// `memory.swap.max`). A memory limit then bounds memory and swap
+    /// together; without, a sandbox on a host with swap can page out past
+    /// its limit.
+    pub swap_limit: bool,
     /// procfs takes `subset=pid` (Linux 5.8+).
     pub proc_subset: bool,
     /// For `runsbx call`: a directory the runtime made for this sandbox

@@ -117,6 +117,7 @@ pub fn host_facts(id_range: Option<IdRange>) -> HostFacts {
         // Built with libcontainer's libseccomp feature; the kernel side:
         seccomp: fs::read_to_string("/proc/self/status").is_ok_and(|s| s.contains("\nSeccomp:")),
         cgroups: privilege::can_manage_cgroups(),
+        swap_limit: crate::sys::cgroup_attach::swap_accounting(),
         proc_subset: kernel_at_least(5, 8),
         call_workspace: None,
         seccomp_listener: None,

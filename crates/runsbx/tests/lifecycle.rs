@@ -309,8 +309,60 @@ fn cgroup_commands(fx: Fixture) {
             fs::read_to_string(pids.join("pids.max")).unwrap().trim(),
             "9"
         );
-        let mem = fs::read_to_string(path_of("memory").join("memory.limit_in_bytes")).unwrap();
-        assert_eq!(mem.trim(), "67108864");
+        let memory = |file: &str| {
+            let path = path_of("memory").join(file);
+            path.exists()
+                .then(|| fs::read_to_string(path).unwrap().trim().to_owned())
+        };
+        assert_eq!(memory("memory.limit_in_bytes").unwrap(), "67108864");
+        // Swap within the limit, where the kernel keeps swap accounts.
+        if let Some(memsw) = memory("memory.memsw.limit_in_bytes") {
+            assert_eq!(memsw, "67108864");
+        }
+        // Past the profile's limits (512M, 256 pids) or unlimited: refused
+        // by the policy, naming the profile key, and nothing changes.
+        let file = |name: &str, json: Value| {
+            let path = fx.dir.path().join(name);
+            fs::write(&path, json.to_string()).unwrap();
+            path.to_str().unwrap().to_owned()
+        };
+        let unlimited = file("unlimited.json", json!({"memory": {"limit": -1}}));
+        let devices = file(
+            "devices.json",
+            json!({"devices": [{"allow": true, "access": "rwm"}]}),
+        );
+        for (args, code, says) in [
+            (
+                &["update", "--memory", "1073741824", "c1"][..],
+                7,
+                "limits.memory",
+            ),
+            (
+                &["update", "-r", unlimited.as_str(), "c1"],
+                7,
+                "limits.memory",
+            ),
+            (
+                &["update", "--pids-limit", "100000", "c1"],
+                7,
+                "limits.pids",
+            ),
+            (
+                &["update", "-r", devices.as_str(), "c1"],
+                3,
+                "linux.resources.devices",
+            ),
+        ] {
+            let out = fx.run(args);
+            assert_eq!(out.code, code, "{args:?}: {out:?}");
+            assert!(out.stderr.contains(says), "{args:?}: {out:?}");
+            assert_eq!(out.stderr.lines().count(), 1, "{args:?}: {out:?}");
+        }
+        assert_eq!(memory("memory.limit_in_bytes").unwrap(), "67108864");
+        assert_eq!(
+            fs::read_to_string(pids.join("pids.max")).unwrap().trim(),
+            "9"
+        );
         fx.run(["delete", "--force", "c1"]).ok();
         assert!(!pids.exists(), "cgroup {pids:?} left behind");
     }

@@ -581,6 +581,14 @@ fn fast_and_libcontainer_limits_are_the_same() {
         );
     }
     assert_eq!(seen[0][1], (64u64 << 20).to_string());
+    // Memory and swap together within the limit, where the kernel keeps
+    // swap accounts.
+    if let Some(i) = files
+        .iter()
+        .position(|(_, f)| *f == "memory.memsw.limit_in_bytes")
+    {
+        assert_eq!(seen[0][i], (64u64 << 20).to_string(), "memsw");
+    }
     assert!(
         seen[0][0].contains("c 1:3 rwm") && !seen[0][0].contains("a *:* rwm"),
         "{:?}",

@@ -21,6 +21,7 @@ pub(crate) use mounts::{
 };
 pub(crate) use namespaces::REQUIRED as REQUIRED_NAMESPACES;
 pub(crate) use reject::has_hooks;
+pub use resources::bound_update;
 
 use crate::annotations::Overrides;
 use crate::{Change, Hardened, HostFacts, Layer, PolicyError, Profile};

@@ -1,8 +1,9 @@
-//! cgroup limits: memory and pids at or below the profile's, and a device
-//! cgroup that denies every device but the defaults. Applied where the
+//! cgroup limits: memory (swap included) and pids at or below the
+//! profile's, and a device cgroup that denies every device but the
+//! defaults. Applied where the
 //! host lets runsbx manage cgroups; the attestation says when not.
 
-use oci_spec::runtime::{LinuxDeviceCgroup, LinuxPids};
+use oci_spec::runtime::{LinuxDeviceCgroup, LinuxPids, LinuxResources};
 
 use super::Cx;
 use crate::PolicyError;
@@ -32,6 +33,18 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
         return Err(PolicyError::Invalid { field, reason });
     }
     memory.set_limit(Some(limit));
+    // Swap counts against the limit: memory and swap together at most
+    // `limit` (the spec's `swap` is that total). Without it a sandbox on a
+    // host with swap pages out past its limit instead of being stopped at
+    // it. An engine's larger total (podman's `--memory-swap`, twice the
+    // memory by default) is cut to the limit; a kernel that keeps no swap
+    // accounts has no such setting, and the attestation says so. (Where
+    // runsbx manages no cgroups, no limit is applied at all.)
+    let swap = cx.host.swap_limit.then_some(limit);
+    let swap_changed = cx.host.cgroups && memory.swap().is_some() && memory.swap() != swap;
+    if cx.host.cgroups {
+        memory.set_swap(swap);
+    }
     // A process past the limit is killed, not left hanging: the OOM killer
     // stays on (libcontainer 0.7 would not apply this field either).
     let oom_killer_off = memory.disable_oom_killer() == Some(true);
@@ -80,6 +93,15 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     let devices_tightened = resources.devices().as_ref() != Some(&deny_all);
     resources.set_devices(Some(deny_all));
 
+    if swap_changed {
+        cx.change(
+            "linux.resources.memory.swap",
+            match swap {
+                Some(total) => format!("memory and swap together at most {total} bytes"),
+                None => "left out: this kernel keeps no swap accounts".to_owned(),
+            },
+        );
+    }
     if oom_killer_off {
         cx.change(
             "linux.resources.memory.disableOOMKiller",
@@ -104,8 +126,12 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
         );
     }
     let detail = if cx.host.cgroups {
+        let swap = match swap {
+            Some(_) => "swap included",
+            None => "swap not limited: the kernel keeps no swap accounts",
+        };
         format!(
-            "memory {limit} bytes, pids {}, cpu {quota}us per {PERIOD}us, devices: the defaults only",
+            "memory {limit} bytes ({swap}), pids {}, cpu {quota}us per {PERIOD}us, devices: the defaults only",
             limits.pids
         )
     } else {
@@ -126,4 +152,152 @@ fn deny_every_device() -> LinuxDeviceCgroup {
     rule.set_minor(None);
     rule.set_access(Some("rwm".to_owned()));
     rule
+}
+
+/// The cgroup resources an update (`runsbx update`, which engines run for
+/// `docker update` and the like) asks for, held to the same limits as the
+/// sandbox's create: `ceiling` (its profile's, lowered by its
+/// annotations). A limit may be lowered, or raised back up to the
+/// ceiling, never past it or to unlimited; swap counts in the memory limit
+/// as it does at create. What the create's policy decides alone (the
+/// device rules, the OOM killer, real-time CPU time, raw cgroup v2 files)
+/// is refused, naming the field.
+pub fn bound_update(
+    mut requested: LinuxResources,
+    ceiling: &crate::profile::Limits,
+    profile: &str,
+    host: &crate::HostFacts,
+) -> Result<LinuxResources, PolicyError> {
+    let refuse = |field: &str, reason: String| PolicyError::Invalid {
+        field: format!("linux.resources.{field}"),
+        reason,
+    };
+    // Past the limit the create held the sandbox to: the profile's key
+    // that sets it is named (an update may lower a limit, or raise it
+    // back up to that).
+    let past = |field: &str, asked: String, max: String, key: &str| PolicyError::Refused {
+        what: format!("linux.resources.{field} {asked} (past the sandbox's {max})"),
+        profile: profile.to_owned(),
+        key: key.to_owned(),
+    };
+    if requested.devices().as_ref().is_some_and(|d| !d.is_empty()) {
+        return Err(refuse(
+            "devices",
+            "a sandbox's device rules are its policy's (every device denied but the defaults)"
+                .to_owned(),
+        ));
+    }
+    if requested.unified().as_ref().is_some_and(|u| !u.is_empty()) {
+        return Err(refuse(
+            "unified",
+            "raw cgroup files are not updated: give the limits by name".to_owned(),
+        ));
+    }
+    if let Some(mut memory) = *requested.memory() {
+        let max = i64::try_from(ceiling.memory.0).unwrap_or(i64::MAX);
+        if memory.disable_oom_killer() == Some(true) {
+            return Err(refuse(
+                "memory.disableOOMKiller",
+                "the OOM killer stays on: a process past the memory limit is killed".to_owned(),
+            ));
+        }
+        if memory.kernel().is_some() || memory.kernel_tcp().is_some() {
+            return Err(refuse(
+                "memory.kernel",
+                "kernel memory is counted in the memory limit, not limited apart".to_owned(),
+            ));
+        }
+        match memory.limit() {
+            Some(limit) if limit <= 0 || limit > max => {
+                let asked = if limit <= 0 {
+                    "unlimited".to_owned()
+                } else {
+                    format!("{limit} bytes")
+                };
+                return Err(past(
+                    "memory.limit",
+                    asked,
+                    format!("memory limit of {max} bytes"),
+                    "limits.memory",
+                ));
+            }
+            Some(limit) => {
+                let bytes = u64::try_from(limit).unwrap_or(0);
+                crate::profile::check_memory(bytes).map_err(|r| refuse("memory.limit", r))?;
+                memory.set_swap(host.swap_limit.then_some(limit));
+            }
+            // The swap total stays what the limit made it.
+            None if memory.swap().is_some() => {
+                return Err(refuse(
+                    "memory.swap",
+                    "swap counts in the memory limit: give the memory limit instead".to_owned(),
+                ))
+            }
+            None => {}
+        }
+        if let Some(reservation) = memory.reservation().filter(|r| *r > max) {
+            return Err(past(
+                "memory.reservation",
+                format!("{reservation} bytes"),
+                format!("memory limit of {max} bytes"),
+                "limits.memory",
+            ));
+        }
+        requested.set_memory(Some(memory));
+    }
+    if let Some(pids) = requested.pids() {
+        let limit = pids.limit();
+        if limit <= 0 || limit > ceiling.pids {
+            let asked = if limit <= 0 {
+                "unlimited".to_owned()
+            } else {
+                limit.to_string()
+            };
+            return Err(past(
+                "pids.limit",
+                asked,
+                format!("pids limit of {}", ceiling.pids),
+                "limits.pids",
+            ));
+        }
+    }
+    if let Some(cpu) = requested.cpu() {
+        if cpu.realtime_runtime().is_some() || cpu.realtime_period().is_some() {
+            return Err(refuse(
+                "cpu.realtimeRuntime",
+                "a sandbox gets no real-time CPU time".to_owned(),
+            ));
+        }
+        const PERIOD: u64 = 100_000;
+        let max = ceiling.cpu_millis.saturating_mul(PERIOD) / 1000;
+        match (cpu.quota(), cpu.period()) {
+            (Some(quota), period) => {
+                // Per the period given, or the sandbox's own.
+                let period = period.unwrap_or(PERIOD).max(1);
+                let per_period = i128::from(quota) * i128::from(PERIOD) / i128::from(period);
+                if quota <= 0 || per_period > i128::from(max) {
+                    let asked = if quota <= 0 {
+                        "unlimited".to_owned()
+                    } else {
+                        format!("{quota}us per {period}us")
+                    };
+                    return Err(past(
+                        "cpu.quota",
+                        asked,
+                        format!("cpu quota of {max}us per {PERIOD}us"),
+                        "limits.cpu_millis",
+                    ));
+                }
+            }
+            // A period alone would stretch the quota over a shorter one.
+            (None, Some(_)) => {
+                return Err(refuse(
+                    "cpu.period",
+                    "a period changes what the quota allows: give the quota with it".to_owned(),
+                ))
+            }
+            (None, None) => {}
+        }
+    }
+    Ok(requested)
 }

@@ -26,6 +26,7 @@ pub(crate) fn as_root() -> HostFacts {
         user_namespaces: true,
         seccomp: true,
         cgroups: true,
+        swap_limit: true,
         proc_subset: true,
         call_workspace: None,
         seccomp_listener: None,
@@ -45,6 +46,7 @@ fn rootless() -> HostFacts {
         gid: 1000,
         id_range: None,
         cgroups: false,
+        swap_limit: false,
         ..as_root()
     }
 }
@@ -424,6 +426,66 @@ fn disabling_the_oom_killer_is_undone_and_said() {
         .changes
         .iter()
         .any(|c| c.field == "linux.resources.memory.disableOOMKiller"));
+}
+
+/// A memory limit bounds swap too: memory and swap together at most the
+/// limit, whatever total the engine gave (podman's `--memory-swap`, twice
+/// the memory by default); where the kernel keeps no swap accounts there
+/// is no swap setting, and the attestation says the swap is not limited.
+#[test]
+fn the_memory_limit_includes_swap() {
+    let with_swap = |swap: Option<i64>| {
+        let mut spec = load("podman.json");
+        let mut linux = spec.linux().clone().unwrap();
+        let mut resources = linux.resources().clone().unwrap_or_default();
+        let mut memory = resources.memory().unwrap_or_default();
+        memory.set_limit(Some(64 << 20));
+        memory.set_swap(swap);
+        resources.set_memory(Some(memory));
+        linux.set_resources(Some(resources));
+        spec.set_linux(Some(linux));
+        spec
+    };
+    let detail = |out: &crate::Hardened| {
+        let layer = out
+            .attestation
+            .iter()
+            .find(|l| l.layer == "cgroup_limits")
+            .unwrap();
+        layer.detail.clone()
+    };
+    for swap in [None, Some(128 << 20), Some(64 << 20), Some(-1)] {
+        let out = harden(with_swap(swap), &profile(), &as_root()).unwrap();
+        let memory = resources_of(&out.spec).memory().unwrap();
+        assert_eq!(memory.limit(), Some(64 << 20), "{swap:?}");
+        assert_eq!(memory.swap(), Some(64 << 20), "{swap:?}");
+        let said = out
+            .changes
+            .iter()
+            .any(|c| c.field == "linux.resources.memory.swap");
+        assert_eq!(said, matches!(swap, Some(s) if s != 64 << 20), "{swap:?}");
+        assert!(detail(&out).contains("swap included"), "{}", detail(&out));
+        verify(&out.spec, &profile(), &as_root()).unwrap();
+    }
+    let unaccounted = HostFacts {
+        swap_limit: false,
+        ..as_root()
+    };
+    let out = harden(with_swap(Some(128 << 20)), &profile(), &unaccounted).unwrap();
+    assert_eq!(resources_of(&out.spec).memory().unwrap().swap(), None);
+    assert!(out
+        .changes
+        .iter()
+        .any(|c| c.field == "linux.resources.memory.swap"));
+    assert!(
+        detail(&out).contains("swap not limited"),
+        "{}",
+        detail(&out)
+    );
+    // No limit in the spec: the profile's, swap included.
+    let out = harden(load("podman.json"), &profile(), &as_root()).unwrap();
+    let memory = resources_of(&out.spec).memory().unwrap();
+    assert_eq!(memory.swap(), memory.limit());
 }
 
 #[test]
@@ -1563,4 +1625,110 @@ fn tmpcopyup_is_taken_out_of_the_options_and_handed_to_the_runtime() {
     assert!(!options.iter().any(|o| o == "tmpcopyup"), "{options:?}");
     assert!(options.iter().any(|o| o == "nosuid"), "{options:?}");
     verify(&hardened.spec, &profile(), &as_root()).unwrap();
+}
+
+/// An update is held to the limits its create was: a limit may be lowered
+/// or raised back up to the profile's, never past it or to unlimited;
+/// swap follows the memory limit; the policy's own settings are refused,
+/// each naming its field.
+#[test]
+fn an_update_is_held_to_the_profiles_limits() {
+    let ceiling = profile().limits;
+    let max = ceiling.memory.0 as i64;
+    let update = |json: serde_json::Value| {
+        let requested: oci_spec::runtime::LinuxResources = serde_json::from_value(json).unwrap();
+        crate::bound_update(requested, &ceiling, "default", &as_root())
+    };
+    // The field refused, and the profile key, for a limit past the profile's.
+    let field = |r: Result<oci_spec::runtime::LinuxResources, PolicyError>| match r {
+        Err(PolicyError::Invalid { field, .. }) => field,
+        Err(PolicyError::Refused { what, profile, key }) => {
+            assert_eq!(profile, "default");
+            assert!(key.starts_with("limits."), "{key}");
+            what.split_whitespace().next().unwrap().to_owned()
+        }
+        other => panic!("{other:?}"),
+    };
+    // Lowered, and raised back to the profile's: swap with it.
+    for limit in [64 << 20, max] {
+        let out =
+            update(serde_json::json!({"memory": {"limit": limit}, "pids": {"limit": 9}})).unwrap();
+        assert_eq!(out.memory().unwrap().limit(), Some(limit));
+        assert_eq!(out.memory().unwrap().swap(), Some(limit));
+        assert_eq!(out.pids().as_ref().unwrap().limit(), 9);
+    }
+    let out = update(serde_json::json!({"memory": {"limit": 64 << 20, "swap": -1}})).unwrap();
+    assert_eq!(out.memory().unwrap().swap(), Some(64 << 20));
+    let unaccounted = HostFacts {
+        swap_limit: false,
+        ..as_root()
+    };
+    let requested =
+        serde_json::from_value(serde_json::json!({"memory": {"limit": 64 << 20}})).unwrap();
+    let out = crate::bound_update(requested, &ceiling, "default", &unaccounted).unwrap();
+    assert_eq!(out.memory().unwrap().swap(), None);
+    let quota = ceiling.cpu_millis as i64 * 100;
+    update(serde_json::json!({"cpu": {"quota": quota, "period": 100000, "shares": 512}})).unwrap();
+    update(serde_json::json!({"cpu": {"quota": quota / 2}})).unwrap();
+    // Past the profile's, or unlimited.
+    for (json, expected) in [
+        (
+            serde_json::json!({"memory": {"limit": max + 1}}),
+            "linux.resources.memory.limit",
+        ),
+        (
+            serde_json::json!({"memory": {"limit": -1}}),
+            "linux.resources.memory.limit",
+        ),
+        (
+            serde_json::json!({"memory": {"limit": 1 << 20}}),
+            "linux.resources.memory.limit",
+        ),
+        (
+            serde_json::json!({"memory": {"swap": -1}}),
+            "linux.resources.memory.swap",
+        ),
+        (
+            serde_json::json!({"memory": {"limit": 64 << 20, "disableOOMKiller": true}}),
+            "linux.resources.memory.disableOOMKiller",
+        ),
+        (
+            serde_json::json!({"pids": {"limit": ceiling.pids + 1}}),
+            "linux.resources.pids.limit",
+        ),
+        (
+            serde_json::json!({"pids": {"limit": -1}}),
+            "linux.resources.pids.limit",
+        ),
+        (
+            serde_json::json!({"cpu": {"quota": -1}}),
+            "linux.resources.cpu.quota",
+        ),
+        (
+            serde_json::json!({"cpu": {"quota": quota + 1000}}),
+            "linux.resources.cpu.quota",
+        ),
+        (
+            serde_json::json!({"cpu": {"quota": quota, "period": 50000}}),
+            "linux.resources.cpu.quota",
+        ),
+        (
+            serde_json::json!({"cpu": {"period": 10000}}),
+            "linux.resources.cpu.period",
+        ),
+        (
+            serde_json::json!({"cpu": {"realtimeRuntime": 1000}}),
+            "linux.resources.cpu.realtimeRuntime",
+        ),
+        (
+            serde_json::json!({"devices": [{"allow": true, "access": "rwm"}]}),
+            "linux.resources.devices",
+        ),
+        (
+            serde_json::json!({"unified": {"memory.max": "max"}}),
+            "linux.resources.unified",
+        ),
+    ] {
+        assert_eq!(field(update(json.clone())), expected, "{json}");
+    }
 }

@@ -111,6 +111,53 @@ struct Hierarchy {
 /// sandboxes' (state/container.rs, `runsbx_cgroup_path`).
 pub(crate) const CGROUP_PARENT: &str = "runsbx";
 
+/// Whether the memory cgroups runsbx makes can limit swap: the kernel
+/// keeps swap accounts (`swapaccount=0` or a kernel built without them
+/// leaves them out).
+///
+/// cgroup v1 has them as `memory.memsw.*`, in every memory cgroup the
+/// root included; the memory hierarchy is looked for where hosts mount
+/// it, and in the mount table only if it is not there. cgroup v2 has
+/// `memory.swap.max` in every cgroup but the root: in the one runsbx makes
+/// its sandboxes under, in its own, or in one of systemd's. A v2 host
+/// where none of them exists yet is taken to have none (the first
+/// sandbox makes the first).
+pub fn swap_accounting() -> bool {
+    if !privilege::can_manage_cgroups() {
+        return false;
+    }
+    match privilege::cgroup_layout() {
+        CgroupLayout::V1 | CgroupLayout::Hybrid => {
+            let file = "memory.memsw.limit_in_bytes";
+            Path::new("/sys/fs/cgroup/memory").join(file).exists()
+                || libcgroups::v1::util::get_subsystem_mount_point(
+                    &libcgroups::v1::ControllerType::Memory,
+                )
+                .is_ok_and(|mount| mount.join(file).exists())
+        }
+        CgroupLayout::V2 => {
+            let root = Path::new(libcgroups::common::DEFAULT_CGROUP_ROOT);
+            let own = fs::read_to_string("/proc/self/cgroup")
+                .ok()
+                .and_then(|c| {
+                    c.lines()
+                        .find_map(|l| l.strip_prefix("0::/").map(|p| root.join(p)))
+                })
+                .filter(|dir| dir != root);
+            [
+                Some(root.join(CGROUP_PARENT)),
+                own,
+                Some(root.join("init.scope")),
+                Some(root.join("system.slice")),
+            ]
+            .into_iter()
+            .flatten()
+            .any(|dir: PathBuf| dir.join("memory.swap.max").exists())
+        }
+        CgroupLayout::None => false,
+    }
+}
+
 /// What the fast placement needs, found and made before the build.
 #[derive(Debug)]
 pub(crate) struct FastAttach {

@@ -14,7 +14,7 @@
 //!
 //! Only what this module writes exactly as libcontainer 0.7's cgroup v1
 //! manager does is written here ([`writable`]); a spec with anything else
-//! (an engine's CPU shares, block I/O weights, a swap limit...) keeps
+//! (an engine's CPU shares, block I/O weights, swappiness...) keeps
 //! libcontainer's manager for all of it. `fast_and_libcontainer_limits_are_the_same`
 //! (crates/runsbx/tests/sandbox.rs) compares both from the host.
 
@@ -46,14 +46,14 @@ const DEFAULT_ALLOWED: &[&str] = &[
 ];
 
 /// Whether [`write`] writes every limit `resources` asks for: a memory
-/// limit (no swap, reservation, kernel or swappiness setting, the OOM
-/// killer on), a CPU quota and period (no shares, cpus, mems or realtime),
+/// limit (swap, if set, within it: the policy's; no reservation, kernel
+/// or swappiness setting, the OOM killer on), a CPU quota and period (no shares, cpus, mems or realtime),
 /// a pids limit, and the policy's one device rule, denying every device.
 pub(crate) fn writable(resources: &LinuxResources) -> bool {
     let memory = resources.memory().as_ref().is_none_or(|m| {
         m.limit().is_some_and(|l| l > 0)
             && m.reservation().is_none()
-            && m.swap().is_none()
+            && m.swap().is_none_or(|swap| Some(swap) == m.limit())
             && m.kernel().is_none()
             && m.kernel_tcp().is_none()
             && m.swappiness().is_none()
@@ -128,6 +128,12 @@ pub(crate) fn write<'a>(
         if let Some(limit) = memory.limit() {
             put(dir, "memory.limit_in_bytes", &limit.to_string())?;
         }
+        // Memory and swap together, after the memory alone: the kernel
+        // keeps the total at or above it (libcontainer's order for a new
+        // cgroup, whose total starts unlimited).
+        if let Some(swap) = memory.swap() {
+            put(dir, "memory.memsw.limit_in_bytes", &swap.to_string())?;
+        }
         // The OOM killer on: a process past the limit is killed, not left
         // waiting (the policy never turns it off).
         put(dir, "memory.oom_control", "0")?;
@@ -173,11 +179,17 @@ mod tests {
     fn only_what_libcontainer_would_write_alike_is_written_here() {
         let policy = json!({
             "devices": [{"allow": false, "access": "rwm"}],
-            "memory": {"limit": 536870912},
+            "memory": {"limit": 536870912, "swap": 536870912},
             "cpu": {"quota": 100000, "period": 100000},
             "pids": {"limit": 256},
         });
         assert!(writable_json(&policy));
+        // A kernel without swap accounts: the policy sets no swap.
+        assert!(writable_json(&with(
+            policy.clone(),
+            &["memory", "swap"],
+            Value::Null
+        )));
         assert!(writable_json(&with(
             policy.clone(),
             &["devices"],
@@ -194,7 +206,8 @@ mod tests {
                 &["devices"],
                 json!([{"allow": false, "type": "c", "access": "rwm"}]),
             ),
-            (&["memory", "swap"], json!(536870912)),
+            (&["memory", "swap"], json!(1073741824)),
+            (&["memory", "swap"], json!(-1)),
             (&["memory", "limit"], json!(-1)),
             (&["memory", "reservation"], json!(1024)),
             (&["memory", "disableOOMKiller"], json!(true)),
