@@ -207,9 +207,11 @@ pub fn bound_update(
                 "kernel memory is counted in the memory limit, not limited apart".to_owned(),
             ));
         }
-        match memory.limit() {
-            Some(limit) if limit <= 0 || limit > max => {
-                let asked = if limit <= 0 {
+        // 0 leaves the limit as it is, as runc's update takes it (and
+        // libcontainer's v1 manager; its v2 one would write 0): left out.
+        match memory.limit().filter(|l| *l != 0) {
+            Some(limit) if limit < 0 || limit > max => {
+                let asked = if limit < 0 {
                     "unlimited".to_owned()
                 } else {
                     format!("{limit} bytes")
@@ -227,13 +229,15 @@ pub fn bound_update(
                 memory.set_swap(host.swap_limit.then_some(limit));
             }
             // The swap total stays what the limit made it.
-            None if memory.swap().is_some() => {
+            None if memory.swap().is_some_and(|swap| swap != 0) => {
                 return Err(refuse(
                     "memory.swap",
                     "swap counts in the memory limit: give the memory limit instead".to_owned(),
                 ))
             }
-            None => {}
+            None => {
+                memory.set_limit(None).set_swap(None);
+            }
         }
         if let Some(reservation) = memory.reservation().filter(|r| *r > max) {
             return Err(past(
@@ -270,13 +274,15 @@ pub fn bound_update(
         }
         const PERIOD: u64 = 100_000;
         let max = ceiling.cpu_millis.saturating_mul(PERIOD) / 1000;
-        match (cpu.quota(), cpu.period()) {
+        // A quota of 0 leaves it as it is, as for the memory limit (and is
+        // left out).
+        match (cpu.quota().filter(|q| *q != 0), cpu.period()) {
             (Some(quota), period) => {
                 // Per the period given, or the sandbox's own.
                 let period = period.unwrap_or(PERIOD).max(1);
                 let per_period = i128::from(quota) * i128::from(PERIOD) / i128::from(period);
-                if quota <= 0 || per_period > i128::from(max) {
-                    let asked = if quota <= 0 {
+                if quota < 0 || per_period > i128::from(max) {
+                    let asked = if quota < 0 {
                         "unlimited".to_owned()
                     } else {
                         format!("{quota}us per {period}us")
@@ -297,6 +303,11 @@ pub fn bound_update(
                 ))
             }
             (None, None) => {}
+        }
+        if cpu.quota() == Some(0) {
+            let mut cpu = cpu.clone();
+            cpu.set_quota(None);
+            requested.set_cpu(Some(cpu));
         }
     }
     Ok(requested)

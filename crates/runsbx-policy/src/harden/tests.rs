@@ -1670,6 +1670,15 @@ fn an_update_is_held_to_the_profiles_limits() {
     let quota = ceiling.cpu_millis as i64 * 100;
     update(serde_json::json!({"cpu": {"quota": quota, "period": 100000, "shares": 512}})).unwrap();
     update(serde_json::json!({"cpu": {"quota": quota / 2}})).unwrap();
+    // 0 leaves a limit as it is (runc's update, and libcontainer's writes).
+    let out = update(
+        serde_json::json!({"memory": {"limit": 0, "swap": 0}, "cpu": {"quota": 0, "shares": 2}}),
+    )
+    .unwrap();
+    assert_eq!(out.memory().unwrap().limit(), None);
+    assert_eq!(out.memory().unwrap().swap(), None);
+    assert_eq!(out.cpu().as_ref().unwrap().quota(), None);
+    assert_eq!(out.cpu().as_ref().unwrap().shares(), Some(2));
     // Past the profile's, or unlimited.
     for (json, expected) in [
         (
@@ -1714,6 +1723,10 @@ fn an_update_is_held_to_the_profiles_limits() {
         ),
         (
             serde_json::json!({"cpu": {"period": 10000}}),
+            "linux.resources.cpu.period",
+        ),
+        (
+            serde_json::json!({"cpu": {"quota": 0, "period": 10000}}),
             "linux.resources.cpu.period",
         ),
         (
