@@ -105,6 +105,11 @@ macro_rules! as_root_and_rootless {
     };
 }
 
+/// A memory balloon for the limit tests: Python that touches 200 MiB,
+/// then prints `survived`.
+pub const MEMORY_BALLOON: &str =
+    "x = bytearray(200 << 20); x[::4096] = b'1' * len(x[::4096]); print('survived')";
+
 pub fn is_root() -> bool {
     nix::unistd::Uid::effective().is_root()
 }

@@ -1186,7 +1186,7 @@ fn memory_limit_hit_is_reported() {
         "--",
         "python3",
         "-c",
-        "x = bytearray(200 << 20); x[::4096] = b'1' * len(x[::4096]); print('survived')",
+        kit::MEMORY_BALLOON,
     ]);
     let r = out.json();
     assert_eq!(r["limits"]["memory_bytes"], 64 << 20, "{out:?}");

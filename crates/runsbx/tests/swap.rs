@@ -86,7 +86,7 @@ fn a_memory_balloon_cannot_page_out_past_its_limit() {
         "--",
         "python3",
         "-c",
-        "x = bytearray(200 << 20); x[::4096] = b'1' * len(x[::4096]); print('survived')",
+        kit::MEMORY_BALLOON,
     ]);
     let r = out.json();
     assert_eq!(r["limits"]["memory_bytes"], 64 << 20, "{out:?}");
