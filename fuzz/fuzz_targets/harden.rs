@@ -1,10 +1,12 @@
 //! Any bytes as a config.json: whatever parses as a spec is hardened and
-//! verified, as root and rootless, and neither may panic.
+//! verified, as root and rootless, and its resources are held to the
+//! profile as an update's; none of it may panic.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use runsbx_policy::{
-    harden, verify, EngineBind, EngineBindKind, HostFacts, IdRange, Profile, RootlessIds,
+    bound_update, harden, verify, EngineBind, EngineBindKind, HostFacts, IdRange, Profile,
+    RootlessIds,
 };
 
 fn host(rootless: bool) -> HostFacts {
@@ -19,6 +21,7 @@ fn host(rootless: bool) -> HostFacts {
         user_namespaces: true,
         seccomp: true,
         cgroups: !rootless,
+        swap_limit: !rootless,
         proc_subset: true,
         call_workspace: None,
         session: false,
@@ -62,6 +65,10 @@ fuzz_target!(|data: &[u8]| {
     for host in [host(false), host(true)] {
         if let Ok(hardened) = harden(spec.clone(), &profile, &host) {
             let _ = verify(&hardened.spec, &profile, &host);
+        }
+        // The spec's resources as an update's.
+        if let Some(resources) = spec.linux().as_ref().and_then(|l| l.resources().clone()) {
+            let _ = bound_update(resources, &profile.limits, &profile.name, &host);
         }
     }
 });
