@@ -1,7 +1,8 @@
 //! cgroup limits: memory (swap included) and pids at or below the
 //! profile's, and a device cgroup that denies every device but the
-//! defaults. Applied where the
-//! host lets runsbx manage cgroups; the attestation says when not.
+//! defaults. Applied where the host lets runsbx manage cgroups; the
+//! attestation says when not. [`bound_update`] holds an update to the
+//! same limits.
 
 use oci_spec::runtime::{LinuxDeviceCgroup, LinuxPids, LinuxResources};
 
@@ -180,6 +181,14 @@ pub fn bound_update(
         profile: profile.to_owned(),
         key: key.to_owned(),
     };
+    // How a refused value reads: below 0 (for pids, 0 too) is no limit.
+    let shown = |unlimited: bool, value: String| {
+        if unlimited {
+            "unlimited".to_owned()
+        } else {
+            value
+        }
+    };
     if requested.devices().as_ref().is_some_and(|d| !d.is_empty()) {
         return Err(refuse(
             "devices",
@@ -211,14 +220,9 @@ pub fn bound_update(
         // libcontainer's v1 manager; its v2 one would write 0): left out.
         match memory.limit().filter(|l| *l != 0) {
             Some(limit) if limit < 0 || limit > max => {
-                let asked = if limit < 0 {
-                    "unlimited".to_owned()
-                } else {
-                    format!("{limit} bytes")
-                };
                 return Err(past(
                     "memory.limit",
-                    asked,
+                    shown(limit < 0, format!("{limit} bytes")),
                     format!("memory limit of {max} bytes"),
                     "limits.memory",
                 ));
@@ -228,7 +232,8 @@ pub fn bound_update(
                 crate::profile::check_memory(bytes).map_err(|r| refuse("memory.limit", r))?;
                 memory.set_swap(host.swap_limit.then_some(limit));
             }
-            // The swap total stays what the limit made it.
+            // A swap total alone is refused: it stays what the limit made
+            // it.
             None if memory.swap().is_some_and(|swap| swap != 0) => {
                 return Err(refuse(
                     "memory.swap",
@@ -252,14 +257,9 @@ pub fn bound_update(
     if let Some(pids) = requested.pids() {
         let limit = pids.limit();
         if limit <= 0 || limit > ceiling.pids {
-            let asked = if limit <= 0 {
-                "unlimited".to_owned()
-            } else {
-                limit.to_string()
-            };
             return Err(past(
                 "pids.limit",
-                asked,
+                shown(limit <= 0, limit.to_string()),
                 format!("pids limit of {}", ceiling.pids),
                 "limits.pids",
             ));
@@ -282,14 +282,9 @@ pub fn bound_update(
                 let period = period.unwrap_or(PERIOD).max(1);
                 let per_period = i128::from(quota) * i128::from(PERIOD) / i128::from(period);
                 if quota < 0 || per_period > i128::from(max) {
-                    let asked = if quota < 0 {
-                        "unlimited".to_owned()
-                    } else {
-                        format!("{quota}us per {period}us")
-                    };
                     return Err(past(
                         "cpu.quota",
-                        asked,
+                        shown(quota < 0, format!("{quota}us per {period}us")),
                         format!("cpu quota of {max}us per {PERIOD}us"),
                         "limits.cpu_millis",
                     ));

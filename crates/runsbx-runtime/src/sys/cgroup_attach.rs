@@ -122,7 +122,7 @@ pub(crate) const CGROUP_PARENT: &str = "runsbx";
 /// its sandboxes under, in its own, or in one of systemd's. A v2 host
 /// where none of them exists yet is taken to have none (the first
 /// sandbox makes the first).
-pub fn swap_accounting() -> bool {
+pub(crate) fn swap_accounting() -> bool {
     if !privilege::can_manage_cgroups() {
         return false;
     }

@@ -46,9 +46,10 @@ const DEFAULT_ALLOWED: &[&str] = &[
 ];
 
 /// Whether [`write`] writes every limit `resources` asks for: a memory
-/// limit (swap, if set, within it: the policy's; no reservation, kernel
-/// or swappiness setting, the OOM killer on), a CPU quota and period (no shares, cpus, mems or realtime),
-/// a pids limit, and the policy's one device rule, denying every device.
+/// limit (swap, if set, equal to it, as the policy sets it; no
+/// reservation, kernel or swappiness setting, the OOM killer on), a CPU
+/// quota and period (no shares, cpus, mems or realtime), a pids limit,
+/// and the policy's one device rule, denying every device.
 pub(crate) fn writable(resources: &LinuxResources) -> bool {
     let memory = resources.memory().as_ref().is_none_or(|m| {
         m.limit().is_some_and(|l| l > 0)
