@@ -105,10 +105,32 @@ macro_rules! as_root_and_rootless {
     };
 }
 
-/// A memory balloon for the limit tests: Python that touches 200 MiB,
-/// then prints `survived`.
-pub const MEMORY_BALLOON: &str =
+/// A memory balloon: Python that touches 200 MiB, then prints `survived`.
+const MEMORY_BALLOON: &str =
     "x = bytearray(200 << 20); x[::4096] = b'1' * len(x[::4096]); print('survived')";
+
+/// Runs a 200 MiB memory balloon in a call of `fx` limited to 64M and
+/// checks that the limit stopped it: the result says the limit was hit,
+/// the command was killed (137) and never printed `survived`. As root (a
+/// memory limit is a cgroup's), on the `python` image.
+pub fn assert_balloon_stopped(fx: &Fixture) -> serde_json::Value {
+    let out = fx.run([
+        "call",
+        "--json",
+        "--memory",
+        "64M",
+        "--",
+        "python3",
+        "-c",
+        MEMORY_BALLOON,
+    ]);
+    let r = out.json();
+    assert_eq!(r["limits"]["memory_bytes"], 64 << 20, "{out:?}");
+    assert_eq!(r["limits"]["memory_hit"], true, "{out:?}");
+    assert_eq!(r["exit_code"], 137, "{out:?}");
+    assert!(!r["stdout"].to_string().contains("survived"), "{out:?}");
+    r
+}
 
 pub fn is_root() -> bool {
     nix::unistd::Uid::effective().is_root()

@@ -1178,20 +1178,7 @@ fn memory_limit_hit_is_reported() {
         skip!("no `python` image: run `sudo runsbx image build python`");
     }
     let fx = Fixture::new(RUNSBX, Who::Root);
-    let out = fx.run([
-        "call",
-        "--json",
-        "--memory",
-        "64M",
-        "--",
-        "python3",
-        "-c",
-        kit::MEMORY_BALLOON,
-    ]);
-    let r = out.json();
-    assert_eq!(r["limits"]["memory_bytes"], 64 << 20, "{out:?}");
-    assert_eq!(r["limits"]["memory_hit"], true, "{out:?}");
-    assert!(!text(&r["stdout"]).contains("survived"));
+    kit::assert_balloon_stopped(&fx);
     fx.assert_clean();
     let Some(user) = kit::test_user() else {
         skip!(

@@ -78,21 +78,7 @@ fn a_memory_balloon_cannot_page_out_past_its_limit() {
         }
     };
     assert!(host_swaps(), "{:?}", std::fs::read_to_string("/proc/swaps"));
-    let out = fx.run([
-        "call",
-        "--json",
-        "--memory",
-        "64M",
-        "--",
-        "python3",
-        "-c",
-        kit::MEMORY_BALLOON,
-    ]);
-    let r = out.json();
-    assert_eq!(r["limits"]["memory_bytes"], 64 << 20, "{out:?}");
-    assert_eq!(r["limits"]["memory_hit"], true, "{out:?}");
-    assert_eq!(r["exit_code"], 137, "{out:?}");
-    assert!(!r["stdout"].to_string().contains("survived"), "{out:?}");
+    let r = kit::assert_balloon_stopped(&fx);
     let limits = r["attestation"]
         .as_array()
         .unwrap()
