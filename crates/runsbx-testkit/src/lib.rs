@@ -128,7 +128,10 @@ pub fn assert_balloon_stopped(fx: &Fixture) -> serde_json::Value {
     assert_eq!(r["limits"]["memory_bytes"], 64 << 20, "{out:?}");
     assert_eq!(r["limits"]["memory_hit"], true, "{out:?}");
     assert_eq!(r["exit_code"], 137, "{out:?}");
-    assert!(!r["stdout"].to_string().contains("survived"), "{out:?}");
+    let stdout = r["stdout"]["data"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no stdout in the result: {out:?}"));
+    assert!(!stdout.contains("survived"), "{out:?}");
     r
 }
 
