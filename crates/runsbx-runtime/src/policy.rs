@@ -108,6 +108,7 @@ fn read_profile(config: &OperatorConfig, name: &str) -> Result<(Profile, std::pa
 
 /// What this host gives, as the policy needs to know it.
 pub fn host_facts(id_range: Option<IdRange>) -> HostFacts {
+    let cgroups = privilege::can_manage_cgroups();
     HostFacts {
         rootless: privilege::rootless(),
         uid: Uid::effective().as_raw(),
@@ -116,8 +117,8 @@ pub fn host_facts(id_range: Option<IdRange>) -> HostFacts {
         user_namespaces: user_namespaces_enabled(),
         // Built with libcontainer's libseccomp feature; the kernel side:
         seccomp: fs::read_to_string("/proc/self/status").is_ok_and(|s| s.contains("\nSeccomp:")),
-        cgroups: privilege::can_manage_cgroups(),
-        swap_limit: crate::sys::cgroup_attach::swap_accounting(),
+        cgroups,
+        swap_limit: cgroups && crate::sys::cgroup_attach::swap_accounting(),
         proc_subset: kernel_at_least(5, 8),
         call_workspace: None,
         seccomp_listener: None,

@@ -121,11 +121,8 @@ pub(crate) const CGROUP_PARENT: &str = "runsbx";
 /// `memory.swap.max` in every cgroup but the root: in the one runsbx makes
 /// its sandboxes under, in its own, or in one of systemd's. A v2 host
 /// where none of them exists yet is taken to have none (the first
-/// sandbox makes the first).
+/// sandbox makes the first). Asked only where runsbx manages cgroups.
 pub(crate) fn swap_accounting() -> bool {
-    if !privilege::can_manage_cgroups() {
-        return false;
-    }
     match privilege::cgroup_layout() {
         CgroupLayout::V1 | CgroupLayout::Hybrid => {
             let file = "memory.memsw.limit_in_bytes";
