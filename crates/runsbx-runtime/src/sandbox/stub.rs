@@ -180,25 +180,34 @@ impl Link {
                 format!("its arguments and environment exceed {MAX_COMMAND} bytes"),
             ));
         }
-        let len = (payload.len() as u32).to_le_bytes();
+        // The header, the fd and the command in one message: the stub,
+        // woken by the header, finds the rest waiting instead of being
+        // woken again for it, or running on the sender's CPU before the
+        // rest is written (through `runsbx serve`, warm calls of
+        // `/bin/true`: the sender saw the exec 1.24-1.34 ms after sending
+        // with two writes, 0.38-0.53 ms with one).
+        let mut message = Vec::with_capacity(4 + payload.len());
+        message.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+        message.extend_from_slice(&payload);
         let fds = [stdin.as_raw_fd()];
         let cmsg = [ControlMessage::ScmRights(&fds)];
         let sent = sendmsg::<()>(
             self.sock.as_raw_fd(),
-            &[IoSlice::new(&len)],
+            &[IoSlice::new(&message)],
             &cmsg,
             MsgFlags::MSG_NOSIGNAL,
             None,
         )
         .map_err(|e| RuntimeError::sys("send the command to the warm sandbox", e))?;
-        if sent != len.len() {
+        if sent == 0 {
             return Err(RuntimeError::invalid(
                 "the warm sandbox",
-                "took part of the command's header",
+                "took none of the command",
             ));
         }
+        // What a full socket buffer left over (a command of megabytes).
         self.sock
-            .write_all(&payload)
+            .write_all(&message[sent..])
             .map_err(|e| RuntimeError::io("send the command to the warm sandbox", e))?;
         // EOF: the socket closed with the exec. Anything else: the reason.
         let mut said = Vec::new();
