@@ -308,10 +308,23 @@ pub fn check_memory_option(bytes: u64) -> Result<(), String> {
 impl Profile {
     /// Parses a profile; `origin` names it in errors.
     pub fn from_toml(text: &str, origin: &str) -> Result<Self, PolicyError> {
-        toml::from_str(text).map_err(|e| PolicyError::Profile {
+        let profile: Self = toml::from_str(text).map_err(|e| PolicyError::Profile {
             origin: origin.to_owned(),
             reason: e.to_string(),
-        })
+        })?;
+        // The cgroup takes 0 or less as no limit at all, which a profile
+        // cannot ask for.
+        if profile.limits.pids < 1 {
+            return Err(PolicyError::Profile {
+                origin: origin.to_owned(),
+                reason: format!(
+                    "limits.pids = {}: a sandbox's pids limit is at least 1 (it cannot be \
+                     turned off); give the most processes its sandboxes may have",
+                    profile.limits.pids
+                ),
+            });
+        }
+        Ok(profile)
     }
 
     /// The built-in default profile.
@@ -456,6 +469,25 @@ mod tests {
         assert!(p.tmpfs.is_empty());
         assert_eq!(p.limits, Limits::default());
         Ok(())
+    }
+
+    #[test]
+    fn a_pids_limit_cannot_be_turned_off() {
+        for pids in ["0", "-1"] {
+            let text = format!("name = \"x\"\n[limits]\npids = {pids}");
+            let err = match Profile::from_toml(&text, "test") {
+                Err(e) => e.to_string(),
+                Ok(p) => format!("accepted: {:?}", p.limits),
+            };
+            assert!(
+                err.contains("limits.pids") && err.contains("at least 1"),
+                "{err}"
+            );
+        }
+        assert_eq!(
+            Profile::from_toml("name = \"x\"\n[limits]\npids = 1", "test").map(|p| p.limits.pids),
+            Ok(1)
+        );
     }
 
     #[test]

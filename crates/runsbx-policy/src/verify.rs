@@ -9,6 +9,7 @@ use oci_spec::runtime::Spec;
 use crate::harden::{
     engine_bind_in, is_bind_mount, ENGINE_FILES, REQUIRED_NAMESPACES, WORKSPACE, WORKSPACE_OPTIONS,
 };
+use crate::profile::Limits;
 use crate::{EngineBindKind, HostFacts, PolicyError, Profile};
 
 /// Whether `path` is where the runtime holds a namespace of type `typ` of
@@ -173,7 +174,113 @@ pub fn verify(spec: &Spec, profile: &Profile, host: &HostFacts) -> Result<(), Po
     if crate::harden::has_hooks(spec) && !profile.hooks {
         return fail("hooks are present".into());
     }
+    if let Some(what) = rlimits_past(process, &profile.limits) {
+        return fail(what);
+    }
+    if let Some(what) = resources_past(linux, &profile.limits, host) {
+        return fail(what);
+    }
     Ok(())
+}
+
+/// The first rlimit the profile sets that is missing or above it. A
+/// call's or an annotation's limits only lower the profile's, so the
+/// profile's are the ceiling.
+fn rlimits_past(process: &oci_spec::runtime::Process, limits: &Limits) -> Option<String> {
+    use oci_spec::runtime::PosixRlimitType as R;
+    let rlimits = process.rlimits().clone().unwrap_or_default();
+    [
+        (R::RlimitNofile, limits.nofile),
+        (R::RlimitNproc, limits.nproc),
+        (R::RlimitFsize, limits.fsize.0),
+        (R::RlimitCpu, limits.cpu_seconds),
+        (R::RlimitCore, limits.core.0),
+    ]
+    .into_iter()
+    .find_map(|(typ, max)| match rlimits.iter().find(|r| r.typ() == typ) {
+        None => Some(format!("the rlimit {typ:?} is not set")),
+        Some(r) if r.hard() > max || r.soft() > r.hard() => Some(format!(
+            "the rlimit {typ:?} ({} soft, {} hard) is above the profile's {max}",
+            r.soft(),
+            r.hard()
+        )),
+        Some(_) => None,
+    })
+}
+
+/// What of the cgroup limits is missing or past the profile's: memory
+/// (and swap with it, where the kernel keeps swap accounts), pids, the
+/// CPU quota, and the device rule that denies every device. They are
+/// checked whether or not runsbx manages cgroups here: where it cannot,
+/// it drops the whole cgroup after this, never one limit of it.
+fn resources_past(
+    linux: &oci_spec::runtime::Linux,
+    limits: &Limits,
+    host: &HostFacts,
+) -> Option<String> {
+    let Some(resources) = linux.resources() else {
+        return Some("linux.resources is not set".into());
+    };
+    let memory_max = i64::try_from(limits.memory.0).unwrap_or(i64::MAX);
+    let memory = resources.memory().unwrap_or_default();
+    let limit = match memory.limit() {
+        Some(l) if l > 0 && l <= memory_max => l,
+        other => {
+            return Some(format!(
+                "the memory limit {other:?} is not within the profile's {memory_max} bytes"
+            ))
+        }
+    };
+    if host.cgroups {
+        let swap = host.swap_limit.then_some(limit);
+        if memory.swap() != swap {
+            return Some(format!(
+                "memory and swap ({:?} bytes) are not held to the memory limit ({swap:?})",
+                memory.swap()
+            ));
+        }
+    }
+    if memory.disable_oom_killer() == Some(true) {
+        return Some("the OOM killer is disabled".into());
+    }
+    match resources.pids().as_ref().map(|p| p.limit()) {
+        Some(l) if l > 0 && l <= limits.pids => {}
+        other => {
+            return Some(format!(
+                "the pids limit {other:?} is not within the profile's {}",
+                limits.pids
+            ))
+        }
+    }
+    // The profile's thousandths of a CPU as a quota per period, compared
+    // across periods; a quota below 1 ms per 100 ms is never asked for.
+    let cpu = resources.cpu().clone().unwrap_or_default();
+    let max_per_100ms = i128::from(limits.cpu_millis.saturating_mul(100).max(1000));
+    match (cpu.quota(), cpu.period()) {
+        (Some(q), Some(p))
+            if q > 0 && p > 0 && i128::from(q) * 100_000 <= max_per_100ms * i128::from(p) => {}
+        (q, p) => {
+            return Some(format!(
+                "the cpu quota {q:?} per {p:?}us is past the profile's {} thousandths of a CPU",
+                limits.cpu_millis
+            ))
+        }
+    }
+    let denies_every_device = |rules: &[oci_spec::runtime::LinuxDeviceCgroup]| {
+        matches!(rules, [rule] if !rule.allow()
+            && matches!(rule.typ(), None | Some(oci_spec::runtime::LinuxDeviceType::A))
+            && rule.major().is_none()
+            && rule.minor().is_none()
+            && rule.access().as_deref().is_some_and(|a| "rwm".chars().all(|c| a.contains(c))))
+    };
+    if !resources
+        .devices()
+        .as_deref()
+        .is_some_and(denies_every_device)
+    {
+        return Some("the device rules do not deny every device".into());
+    }
+    None
 }
 
 /// Whether every host id `m` maps is one the sandbox may have: as root,

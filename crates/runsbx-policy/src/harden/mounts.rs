@@ -43,6 +43,13 @@ const BIND_FORCED: &[&str] = &["ro", "nosuid", "nodev", "noexec"];
 const BIND_DROPPED: &[&str] = &["rw", "suid", "dev", "exec", "rbind", "shared", "rshared"];
 
 pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
+    if cx.spec.root().is_none() {
+        // Nothing to make read-only, and no sandbox without a rootfs.
+        return Err(PolicyError::Invalid {
+            field: "root".to_owned(),
+            reason: "the spec has no root: give root.path, the container's rootfs".to_owned(),
+        });
+    }
     let writable = writable_rootfs(cx);
     if let Some(root) = cx.spec.root_mut() {
         if root.readonly() != Some(true) && writable.is_err() {

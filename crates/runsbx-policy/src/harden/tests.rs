@@ -800,65 +800,93 @@ fn arb_spec() -> impl Strategy<Value = Spec> {
         proptest::option::of(0i64..100_000),
         proptest::bool::ANY,
         proptest::bool::ANY,
+        // The other limits an engine's spec may bring: swap, pids, a CPU
+        // quota and period, devices all allowed.
+        (
+            proptest::option::of(-1i64..1 << 40),
+            proptest::option::of(-1i64..100_000),
+            proptest::option::of((-1i64..10_000_000, 0u64..2_000_000)),
+            proptest::bool::ANY,
+        ),
     )
-        .prop_map(|(caps, mounts, nofile, mem, drop_ns, readonly)| {
-            let mut spec = load("containerd.json");
-            let process = spec.process_mut().as_mut().unwrap();
-            let mut c = process.capabilities().clone().unwrap_or_default();
-            let set: std::collections::HashSet<Capability> = caps.into_iter().collect();
-            c.set_bounding(Some(set.clone()))
-                .set_effective(Some(set.clone()))
-                .set_permitted(Some(set.clone()))
-                .set_ambient(Some(set));
-            process
-                .set_capabilities(Some(c))
-                .set_no_new_privileges(Some(false));
-            if let Some(n) = nofile {
-                process.set_rlimits(Some(vec![oci_spec::runtime::PosixRlimitBuilder::default()
-                    .typ(oci_spec::runtime::PosixRlimitType::RlimitNofile)
-                    .hard(n)
-                    .soft(n)
-                    .build()
-                    .unwrap()]));
-            }
-            let dests = [
-                "/etc/hosts",
-                "/tmp",
-                "/workspace",
-                "/data",
-                "/dev/shm",
-                "/var/run/docker.sock",
-            ];
-            let types = ["bind", "tmpfs", "sysfs", "proc"];
-            let mut ms = spec.mounts().clone().unwrap();
-            for (t, d) in mounts {
-                ms.push(
-                    MountBuilder::default()
-                        .destination(dests[d])
-                        .typ(types[t])
-                        .source("/host/src")
-                        .options(vec!["rw".to_owned()])
-                        .build()
-                        .unwrap(),
-                );
-            }
-            spec.set_mounts(Some(ms));
-            let linux = spec.linux_mut().as_mut().unwrap();
-            if let Some(m) = mem {
+        .prop_map(
+            |(caps, mounts, nofile, mem, drop_ns, readonly, (swap, pids, cpu, devices))| {
+                let mut spec = load("containerd.json");
+                let process = spec.process_mut().as_mut().unwrap();
+                let mut c = process.capabilities().clone().unwrap_or_default();
+                let set: std::collections::HashSet<Capability> = caps.into_iter().collect();
+                c.set_bounding(Some(set.clone()))
+                    .set_effective(Some(set.clone()))
+                    .set_permitted(Some(set.clone()))
+                    .set_ambient(Some(set));
+                process
+                    .set_capabilities(Some(c))
+                    .set_no_new_privileges(Some(false));
+                if let Some(n) = nofile {
+                    process.set_rlimits(Some(vec![
+                        oci_spec::runtime::PosixRlimitBuilder::default()
+                            .typ(oci_spec::runtime::PosixRlimitType::RlimitNofile)
+                            .hard(n)
+                            .soft(n)
+                            .build()
+                            .unwrap(),
+                    ]));
+                }
+                let dests = [
+                    "/etc/hosts",
+                    "/tmp",
+                    "/workspace",
+                    "/data",
+                    "/dev/shm",
+                    "/var/run/docker.sock",
+                ];
+                let types = ["bind", "tmpfs", "sysfs", "proc"];
+                let mut ms = spec.mounts().clone().unwrap();
+                for (t, d) in mounts {
+                    ms.push(
+                        MountBuilder::default()
+                            .destination(dests[d])
+                            .typ(types[t])
+                            .source("/host/src")
+                            .options(vec!["rw".to_owned()])
+                            .build()
+                            .unwrap(),
+                    );
+                }
+                spec.set_mounts(Some(ms));
+                let linux = spec.linux_mut().as_mut().unwrap();
                 let mut r = oci_spec::runtime::LinuxResources::default();
-                let mut lm = oci_spec::runtime::LinuxMemory::default();
-                lm.set_limit(Some(m << 20));
-                r.set_memory(Some(lm));
+                if mem.is_some() || swap.is_some() {
+                    let mut lm = oci_spec::runtime::LinuxMemory::default();
+                    lm.set_limit(mem.map(|m| m << 20));
+                    lm.set_swap(swap);
+                    r.set_memory(Some(lm));
+                }
+                if let Some(limit) = pids {
+                    let mut p = oci_spec::runtime::LinuxPids::default();
+                    p.set_limit(limit);
+                    r.set_pids(Some(p));
+                }
+                if let Some((quota, period)) = cpu {
+                    let mut c = oci_spec::runtime::LinuxCpu::default();
+                    c.set_quota(Some(quota)).set_period(Some(period));
+                    r.set_cpu(Some(c));
+                }
+                if devices {
+                    let mut all = oci_spec::runtime::LinuxDeviceCgroup::default();
+                    all.set_allow(true).set_access(Some("rwm".to_owned()));
+                    r.set_devices(Some(vec![all]));
+                }
                 linux.set_resources(Some(r));
-            }
-            if drop_ns {
-                linux.set_namespaces(Some(vec![]));
-            }
-            if let Some(root) = spec.root_mut() {
-                root.set_readonly(Some(readonly));
-            }
-            spec
-        })
+                if drop_ns {
+                    linux.set_namespaces(Some(vec![]));
+                }
+                if let Some(root) = spec.root_mut() {
+                    root.set_readonly(Some(readonly));
+                }
+                spec
+            },
+        )
 }
 
 proptest! {
@@ -1743,5 +1771,144 @@ fn an_update_is_held_to_the_profiles_limits() {
         ),
     ] {
         assert_eq!(field(update(json.clone())), expected, "{json}");
+    }
+}
+
+#[test]
+fn verify_refuses_limits_loosened_after_harden() {
+    use oci_spec::runtime::{LinuxDeviceCgroup, LinuxPids, PosixRlimitType};
+    type Loosen =
+        fn(&mut oci_spec::runtime::LinuxResources, &mut Vec<oci_spec::runtime::PosixRlimit>);
+    let cases: [(&str, Loosen, &str); 10] = [
+        (
+            "no memory limit",
+            |r, _| {
+                r.set_memory(None);
+            },
+            "memory limit",
+        ),
+        (
+            "memory past the profile",
+            |r, _| {
+                let mut m = r.memory().unwrap();
+                m.set_limit(Some(i64::MAX));
+                r.set_memory(Some(m));
+            },
+            "memory limit",
+        ),
+        (
+            "swap past the limit",
+            |r, _| {
+                let mut m = r.memory().unwrap();
+                m.set_swap(Some(m.limit().unwrap() * 2));
+                r.set_memory(Some(m));
+            },
+            "swap",
+        ),
+        (
+            "OOM killer off",
+            |r, _| {
+                let mut m = r.memory().unwrap();
+                m.set_disable_oom_killer(Some(true));
+                r.set_memory(Some(m));
+            },
+            "OOM killer",
+        ),
+        (
+            "pids unlimited",
+            |r, _| {
+                let mut p = LinuxPids::default();
+                p.set_limit(-1);
+                r.set_pids(Some(p));
+            },
+            "pids limit",
+        ),
+        (
+            "pids past the profile",
+            |r, _| {
+                let mut p = LinuxPids::default();
+                p.set_limit(100_000);
+                r.set_pids(Some(p));
+            },
+            "pids limit",
+        ),
+        (
+            "cpu quota past the profile",
+            |r, _| {
+                let mut c = r.cpu().clone().unwrap();
+                c.set_quota(Some(c.period().unwrap() as i64 * 64));
+                r.set_cpu(Some(c));
+            },
+            "cpu quota",
+        ),
+        (
+            "every device allowed",
+            |r, _| {
+                let mut rule = LinuxDeviceCgroup::default();
+                rule.set_allow(true);
+                rule.set_access(Some("rwm".to_owned()));
+                r.set_devices(Some(vec![rule]));
+            },
+            "device rules",
+        ),
+        (
+            "NOFILE dropped",
+            |_, rl| rl.retain(|r| r.typ() != PosixRlimitType::RlimitNofile),
+            "RlimitNofile",
+        ),
+        (
+            "CORE raised",
+            |_, rl| {
+                for r in rl
+                    .iter_mut()
+                    .filter(|r| r.typ() == PosixRlimitType::RlimitCore)
+                {
+                    *r = oci_spec::runtime::PosixRlimitBuilder::default()
+                        .typ(PosixRlimitType::RlimitCore)
+                        .hard(u64::MAX)
+                        .soft(0u64)
+                        .build()
+                        .unwrap();
+                }
+            },
+            "RlimitCore",
+        ),
+    ];
+    for host in [as_root(), rootless()] {
+        let out = harden(load("podman.json"), &profile(), &host).unwrap();
+        verify(&out.spec, &profile(), &host).unwrap();
+        for (case, loosen, named) in cases {
+            if case == "swap past the limit" && !host.cgroups {
+                // Without cgroups the whole cgroup goes: swap is not looked at.
+                continue;
+            }
+            let mut spec = out.spec.clone();
+            let mut linux = spec.linux().clone().unwrap();
+            let mut resources = linux.resources().clone().unwrap();
+            let mut process = spec.process().clone().unwrap();
+            let mut rlimits = process.rlimits().clone().unwrap();
+            loosen(&mut resources, &mut rlimits);
+            linux.set_resources(Some(resources));
+            process.set_rlimits(Some(rlimits));
+            spec.set_linux(Some(linux));
+            spec.set_process(Some(process));
+            let err = verify(&spec, &profile(), &host).expect_err(case);
+            assert!(err.to_string().contains(named), "{case}: {err}");
+        }
+    }
+}
+
+#[test]
+fn a_spec_without_root_is_refused_by_name() {
+    let mut spec = load("podman.json");
+    spec.set_root(None);
+    for host in [as_root(), rootless()] {
+        match harden(spec.clone(), &profile(), &host) {
+            Err(PolicyError::Invalid { field, reason }) => {
+                assert_eq!(field, "root");
+                assert!(reason.contains("root.path"), "{reason}");
+            }
+            other => panic!("a spec without root: {:?}", other.map(|h| h.changes)),
+        }
     }
 }
