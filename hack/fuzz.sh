@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Fuzzes the policy with cargo-fuzz: the `harden` target takes any bytes
 # as a config.json and hardens and verifies whatever parses, as root and
-# rootless, and holds its resources to the profile as an update's; a panic
-# is a failure. Seeded with the golden podman and
-# containerd specs; runs for SECONDS (default 60).
+# rootless (verify must accept whatever harden made), and holds its
+# resources to the profile as an update's; a panic is a failure. Seeded
+# with the golden podman and containerd specs; runs for SECONDS (default
+# 60).
 #
 #   hack/fuzz.sh [SECONDS]
 set -euo pipefail

@@ -64,7 +64,10 @@ fuzz_target!(|data: &[u8]| {
     };
     for host in [host(false), host(true)] {
         if let Ok(hardened) = harden(spec.clone(), &profile, &host) {
-            let _ = verify(&hardened.spec, &profile, &host);
+            // Whatever harden makes, verify accepts: they agree.
+            if let Err(e) = verify(&hardened.spec, &profile, &host) {
+                panic!("verify refuses what harden made: {e}");
+            }
         }
         // The spec's resources as an update's.
         if let Some(resources) = spec.linux().as_ref().and_then(|l| l.resources().clone()) {
