@@ -174,6 +174,27 @@ pub fn verify(spec: &Spec, profile: &Profile, host: &HostFacts) -> Result<(), Po
     if crate::harden::has_hooks(spec) && !profile.hooks {
         return fail("hooks are present".into());
     }
+    if linux.devices().as_ref().is_some_and(|d| !d.is_empty()) {
+        return fail("extra device nodes are present".into());
+    }
+    // The cgroup is removed with the sandbox, every process in it killed
+    // first: it must be one below the hierarchy's root, by plain names.
+    if let Some(path) = linux.cgroups_path() {
+        let plain = path
+            .as_os_str()
+            .as_encoded_bytes()
+            .split(|b| *b == b'/')
+            .all(|s| s != b"." && s != b"..");
+        let names = path
+            .components()
+            .filter(|c| matches!(c, std::path::Component::Normal(_)))
+            .count();
+        if !plain || names == 0 {
+            return fail(format!(
+                "the cgroups path {path:?} is not one below the cgroup root"
+            ));
+        }
+    }
     if let Some(what) = rlimits_past(process, &profile.limits) {
         return fail(what);
     }

@@ -1912,3 +1912,40 @@ fn a_spec_without_root_is_refused_by_name() {
         }
     }
 }
+
+#[test]
+fn verify_refuses_device_nodes_and_a_cgroup_at_the_root() {
+    use oci_spec::runtime::{LinuxDeviceBuilder, LinuxDeviceType};
+    let kvm = LinuxDeviceBuilder::default()
+        .path("/dev/kvm")
+        .typ(LinuxDeviceType::C)
+        .major(10)
+        .minor(232)
+        .build()
+        .unwrap();
+    for host in [as_root(), rootless()] {
+        let out = harden(load("podman.json"), &profile(), &host).unwrap();
+        let mut spec = out.spec.clone();
+        spec.linux_mut()
+            .as_mut()
+            .unwrap()
+            .set_devices(Some(vec![kvm.clone()]));
+        let err = verify(&spec, &profile(), &host).unwrap_err().to_string();
+        assert!(err.contains("device nodes"), "{err}");
+        for path in ["/", "/runsbx/..", "a/../.."] {
+            let mut spec = out.spec.clone();
+            spec.linux_mut()
+                .as_mut()
+                .unwrap()
+                .set_cgroups_path(Some(PathBuf::from(path)));
+            let err = verify(&spec, &profile(), &host).unwrap_err().to_string();
+            assert!(err.contains("cgroups path"), "{path}: {err}");
+        }
+        let mut spec = out.spec.clone();
+        spec.linux_mut()
+            .as_mut()
+            .unwrap()
+            .set_cgroups_path(Some(PathBuf::from("/runsbx/a")));
+        verify(&spec, &profile(), &host).unwrap();
+    }
+}
