@@ -234,6 +234,32 @@ fn a_sandbox_runs_one_call(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, a_sandbox_runs_one_call: once_as_root, once_rootless);
 
+/// A command larger than the stub's socket holds at once (three
+/// variables of 120,000 bytes, one message with the header and the fd)
+/// reaches it whole.
+fn a_large_command_reaches_the_stub(fx: Fixture) {
+    let rootfs = rootfs_arg();
+    let values: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|c| format!("{}={}", c.to_uppercase(), c.repeat(120_000)))
+        .collect();
+    let mut opts = Vec::new();
+    for v in &values {
+        opts.extend(["--env", v.as_str()]);
+    }
+    let script = "echo ${#A} ${#B} ${#C}; case $C in *cc) echo whole;; esac";
+    let mut pool = Serve::start(&fx, 1);
+    let r = pool.call(&sh_args(&rootfs, &opts, script));
+    assert_eq!(r["warm"], true, "the request fits the pool: {r}");
+    assert_eq!(
+        r["result"]["stdout"]["data"], "120000 120000 120000\nwhole\n",
+        "{r}"
+    );
+    pool.close();
+    fx.assert_clean();
+}
+as_root_and_rootless!(RUNSBX, a_large_command_reaches_the_stub: large_as_root, large_rootless);
+
 /// A waiting sandbox's stub holds its stdio and the socket its command
 /// comes on: nothing of what runsbx had open when it built the sandbox.
 /// On x86_64 it waits in runsbx-stub, exec'd from a sealed memfd, whose
