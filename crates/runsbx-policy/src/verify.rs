@@ -231,7 +231,8 @@ fn rlimits_past(process: &oci_spec::runtime::Process, limits: &Limits) -> Option
 
 /// What of the cgroup limits is missing or past the profile's: memory
 /// (and swap with it, where the kernel keeps swap accounts), pids, the
-/// CPU quota, and the device rule that denies every device. They are
+/// CPU quota (and no real-time time), no raw cgroup v2 files, and the
+/// device rule that denies every device. They are
 /// checked whether or not runsbx manages cgroups here: where it cannot,
 /// it drops the whole cgroup after this, never one limit of it.
 fn resources_past(
@@ -286,6 +287,12 @@ fn resources_past(
                 limits.cpu_millis
             ))
         }
+    }
+    if cpu.realtime_runtime().is_some() || cpu.realtime_period().is_some() {
+        return Some("the sandbox is given real-time CPU time".into());
+    }
+    if resources.unified().as_ref().is_some_and(|u| !u.is_empty()) {
+        return Some("raw cgroup v2 files (linux.resources.unified) are set".into());
     }
     let denies_every_device = |rules: &[oci_spec::runtime::LinuxDeviceCgroup]| {
         matches!(rules, [rule] if !rule.allow()

@@ -61,6 +61,11 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
         .unwrap_or(i64::MAX)
         .max(1000);
     let mut cpu = resources.cpu().clone().unwrap_or_default();
+    // No real-time CPU time (an update cannot give any either): the
+    // sandbox has no CAP_SYS_NICE to use it, and a budget taken from the
+    // parent's is one the host's own real-time tasks lose.
+    let realtime = cpu.realtime_runtime().is_some() || cpu.realtime_period().is_some();
+    cpu.set_realtime_runtime(None).set_realtime_period(None);
     let spec_quota = match (cpu.quota(), cpu.period()) {
         (Some(q), Some(p)) if q > 0 && p > 0 => {
             Some(i128::from(q) * i128::from(PERIOD) / i128::from(p))
@@ -90,6 +95,12 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     // linux.devices are removed, see reject.rs). Without a deny rule a new
     // v1 devices cgroup keeps its parent's `a *:* rwm`: a device node that
     // reached the sandbox some other way could be opened.
+    // Raw cgroup v2 files: on a v2 host the runtime writes them after the
+    // limits above, so `memory.max: max` or `pids.max: max` would undo
+    // them. A sandbox's limits are the ones named here.
+    let unified = resources.unified().as_ref().is_some_and(|u| !u.is_empty());
+    resources.set_unified(None);
+
     let deny_all = vec![deny_every_device()];
     let devices_tightened = resources.devices().as_ref() != Some(&deny_all);
     resources.set_devices(Some(deny_all));
@@ -101,6 +112,18 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
                 Some(total) => format!("memory and swap together at most {total} bytes"),
                 None => "left out: this kernel keeps no swap accounts".to_owned(),
             },
+        );
+    }
+    if realtime {
+        cx.change(
+            "linux.resources.cpu.realtimeRuntime",
+            "left out: a sandbox gets no real-time CPU time",
+        );
+    }
+    if unified {
+        cx.change(
+            "linux.resources.unified",
+            "left out: raw cgroup v2 files would undo the limits; a sandbox's limits are memory, swap, pids and CPU by name",
         );
     }
     if oom_killer_off {

@@ -1779,7 +1779,7 @@ fn verify_refuses_limits_loosened_after_harden() {
     use oci_spec::runtime::{LinuxDeviceCgroup, LinuxPids, PosixRlimitType};
     type Loosen =
         fn(&mut oci_spec::runtime::LinuxResources, &mut Vec<oci_spec::runtime::PosixRlimit>);
-    let cases: [(&str, Loosen, &str); 10] = [
+    let cases: [(&str, Loosen, &str); 12] = [
         (
             "no memory limit",
             |r, _| {
@@ -1850,6 +1850,25 @@ fn verify_refuses_limits_loosened_after_harden() {
                 r.set_devices(Some(vec![rule]));
             },
             "device rules",
+        ),
+        (
+            "real-time CPU time",
+            |r, _| {
+                let mut c = r.cpu().clone().unwrap();
+                c.set_realtime_runtime(Some(950_000));
+                r.set_cpu(Some(c));
+            },
+            "real-time",
+        ),
+        (
+            "raw cgroup v2 files",
+            |r, _| {
+                r.set_unified(Some(HashMap::from([(
+                    "memory.max".to_owned(),
+                    "max".to_owned(),
+                )])));
+            },
+            "unified",
         ),
         (
             "NOFILE dropped",
@@ -1947,5 +1966,45 @@ fn verify_refuses_device_nodes_and_a_cgroup_at_the_root() {
             .unwrap()
             .set_cgroups_path(Some(PathBuf::from("/runsbx/a")));
         verify(&spec, &profile(), &host).unwrap();
+    }
+}
+
+#[test]
+fn raw_cgroup_files_and_real_time_are_left_out_and_said() {
+    let mut spec = load("podman.json");
+    let linux = spec.linux_mut().as_mut().unwrap();
+    let mut r = linux.resources().clone().unwrap_or_default();
+    r.set_unified(Some(HashMap::from([
+        ("memory.max".to_owned(), "max".to_owned()),
+        ("pids.max".to_owned(), "max".to_owned()),
+    ])));
+    let mut cpu = r.cpu().clone().unwrap_or_default();
+    cpu.set_realtime_runtime(Some(950_000))
+        .set_realtime_period(Some(1_000_000));
+    r.set_cpu(Some(cpu));
+    linux.set_resources(Some(r));
+    for host in [as_root(), rootless()] {
+        let out = harden(spec.clone(), &profile(), &host).unwrap();
+        let r = out
+            .spec
+            .linux()
+            .as_ref()
+            .unwrap()
+            .resources()
+            .clone()
+            .unwrap();
+        assert_eq!(r.unified(), &None);
+        let cpu = r.cpu().clone().unwrap();
+        assert_eq!(
+            (cpu.realtime_runtime(), cpu.realtime_period()),
+            (None, None)
+        );
+        let fields: Vec<&str> = out.changes.iter().map(|c| c.field.as_str()).collect();
+        assert!(fields.contains(&"linux.resources.unified"), "{fields:?}");
+        assert!(
+            fields.contains(&"linux.resources.cpu.realtimeRuntime"),
+            "{fields:?}"
+        );
+        verify(&out.spec, &profile(), &host).unwrap();
     }
 }
