@@ -87,6 +87,12 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     pids.set_limit(current.map_or(limits.pids, |l| l.min(limits.pids)));
     resources.set_pids(Some(pids));
 
+    // Raw cgroup v2 files: on a v2 host the runtime writes them after the
+    // limits above, so `memory.max: max` or `pids.max: max` would undo
+    // them. A sandbox's limits are the ones named here.
+    let unified = resources.unified().as_ref().is_some_and(|u| !u.is_empty());
+    resources.set_unified(None);
+
     // Devices: every device denied, whatever the spec allowed. The runtime
     // then allows the default set after this rule (libcontainer's
     // cgroup managers always add it: null, zero, full, random, urandom,
@@ -95,12 +101,6 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     // linux.devices are removed, see reject.rs). Without a deny rule a new
     // v1 devices cgroup keeps its parent's `a *:* rwm`: a device node that
     // reached the sandbox some other way could be opened.
-    // Raw cgroup v2 files: on a v2 host the runtime writes them after the
-    // limits above, so `memory.max: max` or `pids.max: max` would undo
-    // them. A sandbox's limits are the ones named here.
-    let unified = resources.unified().as_ref().is_some_and(|u| !u.is_empty());
-    resources.set_unified(None);
-
     let deny_all = vec![deny_every_device()];
     let devices_tightened = resources.devices().as_ref() != Some(&deny_all);
     resources.set_devices(Some(deny_all));
