@@ -180,19 +180,8 @@ pub fn verify(spec: &Spec, profile: &Profile, host: &HostFacts) -> Result<(), Po
     // The cgroup is removed with the sandbox, every process in it killed
     // first: it must be one below the hierarchy's root, by plain names.
     if let Some(path) = linux.cgroups_path() {
-        let plain = path
-            .as_os_str()
-            .as_encoded_bytes()
-            .split(|b| *b == b'/')
-            .all(|s| s != b"." && s != b"..");
-        let names = path
-            .components()
-            .filter(|c| matches!(c, std::path::Component::Normal(_)))
-            .count();
-        if !plain || names == 0 {
-            return fail(format!(
-                "the cgroups path {path:?} is not one below the cgroup root"
-            ));
+        if let Some(reason) = crate::harden::cgroups_path_problem(path) {
+            return fail(format!("the cgroups path {path:?} {reason}"));
         }
     }
     if let Some(what) = rlimits_past(process, &profile.limits) {
@@ -208,33 +197,26 @@ pub fn verify(spec: &Spec, profile: &Profile, host: &HostFacts) -> Result<(), Po
 /// call's or an annotation's limits only lower the profile's, so the
 /// profile's are the ceiling.
 fn rlimits_past(process: &oci_spec::runtime::Process, limits: &Limits) -> Option<String> {
-    use oci_spec::runtime::PosixRlimitType as R;
     let rlimits = process.rlimits().clone().unwrap_or_default();
-    [
-        (R::RlimitNofile, limits.nofile),
-        (R::RlimitNproc, limits.nproc),
-        (R::RlimitFsize, limits.fsize.0),
-        (R::RlimitCpu, limits.cpu_seconds),
-        (R::RlimitCore, limits.core.0),
-    ]
-    .into_iter()
-    .find_map(|(typ, max)| match rlimits.iter().find(|r| r.typ() == typ) {
-        None => Some(format!("the rlimit {typ:?} is not set")),
-        Some(r) if r.hard() > max || r.soft() > r.hard() => Some(format!(
-            "the rlimit {typ:?} ({} soft, {} hard) is above the profile's {max}",
-            r.soft(),
-            r.hard()
-        )),
-        Some(_) => None,
-    })
+    crate::harden::rlimits_of(limits)
+        .into_iter()
+        .find_map(|(typ, max)| match rlimits.iter().find(|r| r.typ() == typ) {
+            None => Some(format!("the rlimit {typ:?} is not set")),
+            Some(r) if r.hard() > max || r.soft() > r.hard() => Some(format!(
+                "the rlimit {typ:?} ({} soft, {} hard) is above the profile's {max}",
+                r.soft(),
+                r.hard()
+            )),
+            Some(_) => None,
+        })
 }
 
 /// What of the cgroup limits is missing or past the profile's: memory
 /// (and swap with it, where the kernel keeps swap accounts), pids, the
 /// CPU quota (and no real-time time), no raw cgroup v2 files, and the
-/// device rule that denies every device. They are
-/// checked whether or not runsbx manages cgroups here: where it cannot,
-/// it drops the whole cgroup after this, never one limit of it.
+/// device rule that denies every device. They are checked whether or not
+/// runsbx manages cgroups here: where it cannot, it drops the whole
+/// cgroup after this, never one limit of it.
 fn resources_past(
     linux: &oci_spec::runtime::Linux,
     limits: &Limits,
@@ -274,13 +256,12 @@ fn resources_past(
             ))
         }
     }
-    // The profile's thousandths of a CPU as a quota per period, compared
-    // across periods; a quota below 1 ms per 100 ms is never asked for.
+    // The profile's quota per period, compared across periods.
     let cpu = resources.cpu().clone().unwrap_or_default();
-    let max_per_100ms = i128::from(limits.cpu_millis.saturating_mul(100).max(1000));
+    let max = i128::from(crate::harden::max_quota(limits));
+    let period = i128::from(crate::harden::CPU_PERIOD);
     match (cpu.quota(), cpu.period()) {
-        (Some(q), Some(p))
-            if q > 0 && p > 0 && i128::from(q) * 100_000 <= max_per_100ms * i128::from(p) => {}
+        (Some(q), Some(p)) if q > 0 && p > 0 && i128::from(q) * period <= max * i128::from(p) => {}
         (q, p) => {
             return Some(format!(
                 "the cpu quota {q:?} per {p:?}us is past the profile's {} thousandths of a CPU",
@@ -294,18 +275,7 @@ fn resources_past(
     if resources.unified().as_ref().is_some_and(|u| !u.is_empty()) {
         return Some("raw cgroup v2 files (linux.resources.unified) are set".into());
     }
-    let denies_every_device = |rules: &[oci_spec::runtime::LinuxDeviceCgroup]| {
-        matches!(rules, [rule] if !rule.allow()
-            && matches!(rule.typ(), None | Some(oci_spec::runtime::LinuxDeviceType::A))
-            && rule.major().is_none()
-            && rule.minor().is_none()
-            && rule.access().as_deref().is_some_and(|a| "rwm".chars().all(|c| a.contains(c))))
-    };
-    if !resources
-        .devices()
-        .as_deref()
-        .is_some_and(denies_every_device)
-    {
+    if resources.devices().as_deref() != Some(&[crate::harden::deny_every_device()][..]) {
         return Some("the device rules do not deny every device".into());
     }
     None

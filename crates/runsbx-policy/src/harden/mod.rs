@@ -20,8 +20,10 @@ pub(crate) use mounts::{
     engine_bind_in, is_trust_bundle, ENGINE_FILES, TRUST_OPTIONS, WORKSPACE, WORKSPACE_OPTIONS,
 };
 pub(crate) use namespaces::REQUIRED as REQUIRED_NAMESPACES;
-pub(crate) use reject::has_hooks;
+pub(crate) use process::rlimits_of;
+pub(crate) use reject::{cgroups_path_problem, has_hooks};
 pub use resources::bound_update;
+pub(crate) use resources::{deny_every_device, max_quota, PERIOD as CPU_PERIOD};
 
 use crate::annotations::Overrides;
 use crate::{Change, Hardened, HostFacts, Layer, PolicyError, Profile};

@@ -57,13 +57,7 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
         ));
     }
 
-    let wanted = [
-        (PosixRlimitType::RlimitNofile, limits.nofile),
-        (PosixRlimitType::RlimitNproc, limits.nproc),
-        (PosixRlimitType::RlimitFsize, limits.fsize.0),
-        (PosixRlimitType::RlimitCpu, limits.cpu_seconds),
-        (PosixRlimitType::RlimitCore, limits.core.0),
-    ];
+    let wanted = rlimits_of(&limits);
     let mut rlimits: Vec<PosixRlimit> = process.rlimits().clone().unwrap_or_default();
     let before = rlimits.clone();
     for (typ, max) in wanted {
@@ -144,4 +138,15 @@ fn narrow(caps: &LinuxCapabilities, allowed: &HashSet<Capability>) -> LinuxCapab
         .set_inheritable(keep(caps.inheritable()))
         .set_ambient(keep(caps.ambient()));
     out
+}
+
+/// The rlimits every sandbox gets, each at most the value `limits` give.
+pub(crate) fn rlimits_of(limits: &crate::profile::Limits) -> [(PosixRlimitType, u64); 5] {
+    [
+        (PosixRlimitType::RlimitNofile, limits.nofile),
+        (PosixRlimitType::RlimitNproc, limits.nproc),
+        (PosixRlimitType::RlimitFsize, limits.fsize.0),
+        (PosixRlimitType::RlimitCpu, limits.cpu_seconds),
+        (PosixRlimitType::RlimitCore, limits.core.0),
+    ]
 }

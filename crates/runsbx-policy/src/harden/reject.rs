@@ -33,7 +33,6 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
 /// it already exists (it must not: runsbx only removes a cgroup it made)
 /// is for the runtime to check on the host.
 fn check_cgroups_path(cx: &Cx) -> Result<(), PolicyError> {
-    use std::path::Component;
     let Some(path) = cx
         .spec
         .linux()
@@ -49,21 +48,28 @@ fn check_cgroups_path(cx: &Cx) -> Result<(), PolicyError> {
              as /runsbx/<id>, or leave it out"
         ),
     };
+    match cgroups_path_problem(&path) {
+        Some(reason) => Err(bad(reason)),
+        None => Ok(()),
+    }
+}
+
+/// What makes `path` not a cgroup below the hierarchy's root, if anything.
+pub(crate) fn cgroups_path_problem(path: &std::path::Path) -> Option<&'static str> {
+    use std::path::Component;
     // Segments of the text as given: `Path::components` would drop a `.`.
     let text = path.as_os_str().as_encoded_bytes();
     if text.split(|b| *b == b'/').any(|s| s == b"." || s == b"..") {
-        return Err(bad("has `.` or `..` components"));
+        return Some("has `.` or `..` components");
     }
     let names = path
         .components()
         .filter(|c| matches!(c, Component::Normal(_)))
         .count();
     if names == 0 {
-        return Err(bad(
-            "names the root of the cgroup hierarchy (or runsbx's own cgroup)",
-        ));
+        return Some("names the root of the cgroup hierarchy (or runsbx's own cgroup)");
     }
-    Ok(())
+    None
 }
 
 /// Masked and read-only paths are mounted over inside the container: `/`

@@ -7,7 +7,19 @@
 use oci_spec::runtime::{LinuxDeviceCgroup, LinuxPids, LinuxResources};
 
 use super::Cx;
+use crate::profile::Limits;
 use crate::PolicyError;
+
+/// The CPU quota's period, in microseconds.
+pub(crate) const PERIOD: u64 = 100_000;
+
+/// The most CPU time per [`PERIOD`] `limits` give: `cpu_millis`
+/// thousandths of a CPU, and never below 1 ms (the kernel's least quota).
+pub(crate) fn max_quota(limits: &Limits) -> i64 {
+    i64::try_from(limits.cpu_millis.saturating_mul(PERIOD) / 1000)
+        .unwrap_or(i64::MAX)
+        .max(1000)
+}
 
 pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     let limits = cx.overrides.limits(cx.profile.limits)?;
@@ -56,10 +68,7 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
 
     // CPU: a quota of cpu_millis per 100 ms period, or the spec's share
     // when it is lower.
-    const PERIOD: u64 = 100_000;
-    let max_quota = i64::try_from(limits.cpu_millis.saturating_mul(PERIOD) / 1000)
-        .unwrap_or(i64::MAX)
-        .max(1000);
+    let max_quota = max_quota(&limits);
     let mut cpu = resources.cpu().clone().unwrap_or_default();
     // No real-time CPU time (an update cannot give any either): the
     // sandbox has no CAP_SYS_NICE to use it, and a budget taken from the
@@ -168,7 +177,7 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
 
 /// The device cgroup rule that denies read, write and mknod of every
 /// device.
-fn deny_every_device() -> LinuxDeviceCgroup {
+pub(crate) fn deny_every_device() -> LinuxDeviceCgroup {
     let mut rule = LinuxDeviceCgroup::default();
     rule.set_allow(false);
     rule.set_typ(None);
@@ -295,7 +304,6 @@ pub fn bound_update(
                 "a sandbox gets no real-time CPU time".to_owned(),
             ));
         }
-        const PERIOD: u64 = 100_000;
         let max = ceiling.cpu_millis.saturating_mul(PERIOD) / 1000;
         // A quota of 0 leaves it as it is, as for the memory limit (and is
         // left out).
