@@ -32,9 +32,7 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::Image { cmd } => return crate::image_cmd::run(cmd),
         Command::Session { cmd } => return crate::session_cmd::run(cmd, cli.global.config.clone()),
         Command::Profile { cmd } => return crate::profile_cmd::run(cmd, cli.global.config.clone()),
-        Command::Serve(a) => {
-            return crate::serve::run(a.0, cli.global.root.clone(), cli.global.config.clone())
-        }
+        Command::Serve(a) => return crate::serve::run(a.0, &cli.global),
         Command::PoolWorker(a) => {
             return crate::serve::worker(&root()?, a.0, cli.global.config.clone())
         }

@@ -128,7 +128,8 @@ struct Pool {
     end: mpsc::Sender<()>,
 }
 
-pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Result<i32> {
+pub fn run(args: Serve, flags: &crate::cli::Global) -> Result<i32> {
+    let (root, config) = (flags.root.clone(), flags.config.clone());
     // serve's own settings, and its socket, before anything is started: a
     // bad one is bad input (exit 125, as settings a cold call refuses).
     let settings = check(&args).and_then(|(size, min_available)| {
@@ -154,6 +155,16 @@ pub fn run(args: Serve, root: Option<PathBuf>, config: Option<PathBuf>) -> Resul
     }
     if let Some(c) = config {
         global.extend(["--config".into(), c.into()]);
+    }
+    // The workers log where and as serve does.
+    if let Some(log) = &flags.log {
+        global.extend(["--log".into(), log.into()]);
+    }
+    if let Some(format) = &flags.log_format {
+        global.extend(["--log-format".into(), format.into()]);
+    }
+    if flags.debug {
+        global.push("--debug".into());
     }
     let runsbx = Runsbx {
         exe: std::env::current_exe().context("find runsbx's own binary")?,
