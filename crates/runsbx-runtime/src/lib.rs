@@ -27,3 +27,17 @@ pub use state::root::StateRoot;
 
 /// The version of libcontainer runsbx is built on, for `--version`.
 pub const LIBCONTAINER_VERSION: &str = "0.7.0";
+
+/// The log target of [`phase`]'s events.
+pub const PHASE_TARGET: &str = "runsbx::phase";
+
+/// Marks the end of one step of a sandbox's life: a debug event of target
+/// [`PHASE_TARGET`], named by `step`, with this process's pid (a pool's
+/// workers write to one log). Off unless the log filter turns it on
+/// (`RUNSBX_LOG=runsbx::phase=debug`); with `--log-format json` each
+/// event's time is when the step ended, to the nanosecond, which is how
+/// hack/phases.py shows where a call's time goes. Disabled, it costs a
+/// load and a compare.
+pub fn phase(step: &'static str) {
+    tracing::debug!(target: PHASE_TARGET, pid = std::process::id(), "{step}");
+}

@@ -59,5 +59,6 @@ impl std::error::Error for ExitWith {}
 fn run(cli: cli::Cli) -> anyhow::Result<i32> {
     let g = &cli.global;
     logging::init(g.log.as_deref(), g.log_format.as_deref(), g.debug)?;
+    runsbx_runtime::phase("process up");
     commands::dispatch(cli)
 }

@@ -234,6 +234,86 @@ fn a_sandbox_runs_one_call(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, a_sandbox_runs_one_call: once_as_root, once_rootless);
 
+/// A pool's workers log where and as `runsbx serve` was told to, and a
+/// warm call's steps (runsbx's phase events, which hack/phases.py reads)
+/// come in the order they happen: the sandbox built, waiting, then the
+/// request, its command and the reply, then the teardown.
+fn workers_log_with_serve_and_mark_each_step(fx: Fixture) {
+    let rootfs = rootfs_arg();
+    let log = fx
+        .dir
+        .path()
+        .join(format!("serve-{}.log", kit::unique_mark()));
+    let log_arg = log.to_string_lossy().into_owned();
+    let mut cmd = fx.cmd([
+        "--log-format",
+        "json",
+        "--log",
+        &log_arg,
+        "serve",
+        "--size",
+        "1",
+        "--rootfs",
+        &rootfs,
+    ]);
+    cmd.env("RUNSBX_LOG", "runsbx::phase=debug");
+    let mut pool = Serve::spawn(cmd);
+    let reply = pool.call(&sh_args(&rootfs, &[], "true"));
+    assert_eq!(reply["warm"], true, "{reply}");
+    assert_eq!(reply["result"]["exit_code"], 0, "{reply}");
+    pool.close();
+    let text = fs::read_to_string(&log).unwrap();
+    let mut steps: std::collections::BTreeMap<u32, Vec<String>> = Default::default();
+    for line in text.lines() {
+        let event: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        assert!(event["time"].is_string(), "{line}");
+        let msg = event["msg"].as_str().unwrap();
+        let (step, pid) = msg.rsplit_once(" pid=").unwrap_or_else(|| panic!("{line}"));
+        steps
+            .entry(pid.parse().unwrap())
+            .or_default()
+            .push(step.to_owned());
+    }
+    let served: Vec<&Vec<String>> = steps
+        .values()
+        .filter(|s| s.iter().any(|step| step == "request read"))
+        .collect();
+    assert_eq!(served.len(), 1, "one worker served the request: {steps:?}");
+    let mut served = served[0].clone();
+    // Rootless, the worker starts again in a user namespace of its own
+    // (the same process, exec'd again).
+    if served.get(1).map(String::as_str) == Some("process up") {
+        served.remove(0);
+    }
+    assert_eq!(
+        served,
+        [
+            "process up",
+            "resolved",
+            "namespaced",
+            "workspace mounted",
+            "hardened",
+            "rootfs staged, cgroups made",
+            "built (libcontainer)",
+            "network up",
+            "created",
+            "command started",
+            "ready",
+            "request read",
+            "fitted",
+            "command execed",
+            "command ended",
+            "replied",
+            "removed",
+            "done",
+        ],
+        "{text}"
+    );
+    // serve itself, and the worker that replaced the used one.
+    assert!(steps.len() >= 2, "{steps:?}");
+}
+as_root_and_rootless!(RUNSBX, workers_log_with_serve_and_mark_each_step: steps_as_root, steps_rootless);
+
 /// A command larger than the stub's socket holds at once (three
 /// variables of 120,000 bytes, one message with the header and the fd)
 /// reaches it whole.

@@ -128,6 +128,7 @@ fn run(
         req,
         session,
     } = CallPlan::resolve(root, req, &mut result.image)?;
+    crate::phase("resolved");
     let req = &req;
     // A session's deadline, when the call gave none.
     result.limits.timeout_ms = req.timeout().as_millis() as u64;
@@ -156,6 +157,7 @@ fn run(
             stage::leave_to_namespace();
         }
     }
+    crate::phase("namespaced");
     let dir = CallDir::create(root, id)?;
     let watchdog = sweep::Watchdog::spawn(root, id)?;
     let (_storage, ws) = match &session {
@@ -170,6 +172,7 @@ fn run(
             Workspace::mount(&dir.path.join("workspace"), workspace_size)?,
         ),
     };
+    crate::phase("workspace mounted");
     for input in &req.inputs {
         ws.copy_in(input)?;
     }
@@ -210,6 +213,7 @@ fn run(
         }
         None => (None, None),
     };
+    crate::phase("created");
     result.record_limits(&sandbox.built.spec);
     // The container's init was cloned during create and keeps its own,
     // empty, signal mask; runsbx takes its signals from a signalfd now.
@@ -228,6 +232,7 @@ fn run(
     let sock_diag = sandbox.built.sock_diag.take();
     let mut seccomp = listener.map(|l| l.serve(id, sock_diag)).transpose()?;
     result.attestation = Some(sandbox.start()?);
+    crate::phase("command started");
     // The policy's deadline: the call's --timeout, which the profile may
     // refuse but not lengthen, or its default cut to the profile's.
     let mut deadline = sandbox.built.duties.deadline.unwrap_or(req.timeout());
@@ -267,6 +272,7 @@ fn run(
     // those still waiting get ENOSYS, and the teardown kills them). The
     // listener's thread answers what is pending while the limit events are
     // read (before the cgroup goes with the container).
+    crate::phase("command ended");
     if let Some(s) = seccomp.as_mut() {
         s.stop();
     }
@@ -313,6 +319,7 @@ fn run(
     drop(seccomp);
     drop(linger);
     sandbox.remove(settled)?;
+    crate::phase("removed");
     if !settled {
         deliver(result, tails);
     }
@@ -326,6 +333,7 @@ fn run(
     }
     drop(lock);
     drop(watchdog);
+    crate::phase("done");
     Ok(())
 }
 
@@ -360,6 +368,7 @@ fn hand_out(
         None => plan::open_stdin(&req.stdin)?,
     };
     link.exec(&fitted.args, &fitted.env, stdin.as_fd())?;
+    crate::phase("command execed");
     // Told once the command runs: what the owner does then (a thread of
     // its own, say) overlaps the command instead of delaying it.
     hold.taken();
@@ -375,6 +384,7 @@ fn take(
     fitter: &warm::Fitter,
     ws: &Workspace,
 ) -> Result<(CallRequest, warm::Fitted, Option<OwnedFd>)> {
+    crate::phase("ready");
     hold.ready();
     loop {
         let Some((req, stdin)) = hold.next() else {
@@ -383,8 +393,12 @@ fn take(
                 "was let go before a request came",
             ));
         };
+        crate::phase("request read");
         match fitter.fit(req, ws) {
-            Ok((req, fitted)) => return Ok((req, fitted, stdin)),
+            Ok((req, fitted)) => {
+                crate::phase("fitted");
+                return Ok((req, fitted, stdin));
+            }
             Err(why) => hold.decline(why),
         }
     }

@@ -223,6 +223,7 @@ fn build_from(
         }
         _ => None,
     };
+    crate::phase("hardened");
     let report = serde_json::json!({
         "changes": hardened.changes,
         "attestation": hardened.attestation,
@@ -272,6 +273,7 @@ fn build_from(
         let (shadow, dropped) = claim_cgroup(root, id, &mut spec)?;
         (shadow, dropped, None)
     };
+    crate::phase("rootfs staged, cgroups made");
     // Rootless, in the private mount namespace the shadow made: the image
     // as a filesystem of its own, as stage::prepare makes it as root.
     let view = match shadow {
@@ -339,6 +341,7 @@ fn build_from(
     };
     // The namespaces' holders, let go while the rootfs was staged, have
     // exited by now.
+    crate::phase("built (libcontainer)");
     userns::reap_released();
     // While runsbx still sees the rootfs it was built from.
     fill_tmpfs(&container, &spec, &hardened.tmpcopyup)?;
@@ -403,6 +406,7 @@ fn build_from(
             Ok(container)
         },
     );
+    crate::phase("network up");
     let container = recorded?;
     let Network {
         proxy,

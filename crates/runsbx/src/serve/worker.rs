@@ -211,6 +211,7 @@ impl Hold for Control {
         self.replied = true;
         REPLYING.store(true, Ordering::SeqCst);
         self.say_result("result", result);
+        runsbx_runtime::phase("replied");
         if !self.session {
             std::thread::sleep(REPLY_HEAD_START);
         }
