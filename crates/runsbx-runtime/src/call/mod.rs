@@ -267,12 +267,12 @@ fn run(
         &mut err,
         &mut read_buf,
     )?;
+    crate::phase("command ended");
 
     // Once the sandbox's processes are gone (or the deadline passed: then
     // those still waiting get ENOSYS, and the teardown kills them). The
     // listener's thread answers what is pending while the limit events are
     // read (before the cgroup goes with the container).
-    crate::phase("command ended");
     if let Some(s) = seccomp.as_mut() {
         s.stop();
     }

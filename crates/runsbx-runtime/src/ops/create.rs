@@ -339,9 +339,9 @@ fn build_from(
         }
         None => build()?,
     };
+    crate::phase("built (libcontainer)");
     // The namespaces' holders, let go while the rootfs was staged, have
     // exited by now.
-    crate::phase("built (libcontainer)");
     userns::reap_released();
     // While runsbx still sees the rootfs it was built from.
     fill_tmpfs(&container, &spec, &hardened.tmpcopyup)?;
