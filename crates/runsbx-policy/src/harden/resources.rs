@@ -304,7 +304,8 @@ pub fn bound_update(
                 "a sandbox gets no real-time CPU time".to_owned(),
             ));
         }
-        let max = ceiling.cpu_millis.saturating_mul(PERIOD) / 1000;
+        // The most a create gives, so that an update never refuses it.
+        let max = max_quota(ceiling);
         // A quota of 0 leaves it as it is, as for the memory limit (and is
         // left out).
         match (cpu.quota().filter(|q| *q != 0), cpu.period()) {

@@ -1655,6 +1655,38 @@ fn tmpcopyup_is_taken_out_of_the_options_and_handed_to_the_runtime() {
     verify(&hardened.spec, &profile(), &as_root()).unwrap();
 }
 
+/// For a profile under 1% of a CPU, create gives the kernel's least quota
+/// (1 ms per period), and an update may give that again, not more.
+#[test]
+fn an_update_allows_the_quota_a_create_gives() {
+    let mut profile = profile();
+    profile.limits.cpu_millis = 5;
+    let hardened = harden(load("podman.json"), &profile, &as_root()).unwrap();
+    let cpu = hardened
+        .spec
+        .linux()
+        .as_ref()
+        .unwrap()
+        .resources()
+        .as_ref()
+        .unwrap()
+        .cpu()
+        .clone();
+    let given = cpu.unwrap().quota().unwrap();
+    assert_eq!(given, 1000);
+    let update = |quota: i64| {
+        let requested =
+            serde_json::from_value(serde_json::json!({"cpu": {"quota": quota, "period": 100000}}));
+        crate::bound_update(requested.unwrap(), &profile.limits, "default", &as_root())
+    };
+    assert!(update(given).is_ok());
+    assert!(
+        matches!(update(given + 1), Err(PolicyError::Refused { .. })),
+        "{:?}",
+        update(given + 1)
+    );
+}
+
 /// An update is held to the limits its create was: a limit may be lowered
 /// or raised back up to the profile's, never past it or to unlimited;
 /// swap follows the memory limit; the policy's own settings are refused,
