@@ -80,6 +80,9 @@ pub enum Command {
     /// One warm sandbox of `runsbx serve`'s pool (internal)
     #[command(hide = true)]
     PoolWorker(Box<Deferred<crate::call_cmd::Call>>),
+    /// Forks `runsbx serve`'s pool workers (internal; serve/zygote.rs)
+    #[command(hide = true)]
+    PoolZygote(Box<Deferred<crate::call_cmd::Call>>),
     /// A call's watchdog, cleaning up after the call's runsbx died
     /// (internal; runsbx_runtime::call::ABANDON_CALL)
     #[command(hide = true)]

@@ -36,6 +36,10 @@ pub fn dispatch(cli: Cli) -> Result<i32> {
         Command::PoolWorker(a) => {
             return crate::serve::worker(&root()?, a.0, cli.global.config.clone())
         }
+        Command::PoolZygote(a) => {
+            let logs_to_file = cli.global.log.is_some();
+            return crate::serve::zygote(&root()?, a.0, cli.global.config.clone(), logs_to_file);
+        }
         Command::AbandonCall { id } => {
             return Ok(runsbx_runtime::call::abandon_call(&root()?, &id))
         }

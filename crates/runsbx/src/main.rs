@@ -18,7 +18,12 @@ fn main() {
     runsbx_runtime::sys::signal::restore_default_sigpipe();
     let cli = cli::parse();
     let logs_to_file = cli.global.log.is_some();
-    let code = match run(cli) {
+    std::process::exit(exit_code(run(cli), logs_to_file));
+}
+
+/// The exit code for a command's outcome, its error (if any) reported.
+pub fn exit_code(outcome: anyhow::Result<i32>, logs_to_file: bool) -> i32 {
+    match outcome {
         Ok(code) => code,
         Err(err) => {
             // Engines read the log file (containerd takes its last error
@@ -36,8 +41,7 @@ fn main() {
                 .or_else(|| err.downcast_ref::<ExitWith>().map(|e| e.code))
                 .unwrap_or(exit::FAILURE)
         }
-    };
-    std::process::exit(code);
+    }
 }
 
 /// An error that ends runsbx with the exit code of the runsbx command it

@@ -25,15 +25,17 @@
 //! with that error and code: no retry would make the sandbox.
 
 mod worker;
+mod zygote;
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
+use std::fs::File;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -43,6 +45,7 @@ use runsbx_runtime::error::call_exit;
 use serde_json::{json, Value};
 
 pub use worker::run as worker;
+pub use zygote::run as zygote;
 
 /// Keep sandboxes ready and serve tool calls from them (JSON Lines on
 /// stdin/stdout, or on a unix socket); see docs/pool.md
@@ -87,9 +90,50 @@ enum Reply {
 
 /// A worker whose sandbox waits for its command.
 struct Worker {
-    child: Child,
-    to: ChildStdin,
-    from: BufReader<ChildStdout>,
+    child: Proc,
+    to: File,
+    from: BufReader<File>,
+}
+
+/// A worker's process, serve's child either way: spawned by serve, or
+/// forked by the pool's zygote (serve/zygote.rs).
+enum Proc {
+    Spawned(Child),
+    Forked(nix::unistd::Pid),
+}
+
+impl Proc {
+    fn id(&self) -> u32 {
+        match self {
+            Proc::Spawned(child) => child.id(),
+            Proc::Forked(pid) => pid.as_raw().unsigned_abs(),
+        }
+    }
+
+    fn kill(&mut self) {
+        match self {
+            Proc::Spawned(child) => {
+                let _ = child.kill();
+            }
+            // Not waited for yet, so the pid is still this worker's.
+            Proc::Forked(pid) => {
+                let _ = nix::sys::signal::kill(*pid, nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+    }
+
+    /// Waits for the worker to exit (once: afterwards its pid may be
+    /// another process's).
+    fn wait(self) {
+        match self {
+            Proc::Spawned(mut child) => {
+                let _ = child.wait();
+            }
+            Proc::Forked(pid) => {
+                while let Err(nix::Error::EINTR) = nix::sys::wait::waitpid(pid, None) {}
+            }
+        }
+    }
 }
 
 struct State {
@@ -116,6 +160,9 @@ struct State {
 
 struct Pool {
     runsbx: Runsbx,
+    /// What forks the workers, when serve runs as root (else each is
+    /// spawned).
+    zygote: Option<zygote::Zygote>,
     /// `pool-worker` and the template's call flags.
     worker_args: Vec<String>,
     size: usize,
@@ -171,9 +218,23 @@ pub fn run(args: Serve, flags: &crate::cli::Global) -> Result<i32> {
         global,
     };
     let (end_tx, end_rx) = mpsc::channel::<()>();
+    let worker_args = worker_args(&args);
+    // An unprivileged worker re-executes itself (see serve/zygote.rs).
+    let zygote = if runsbx_runtime::sys::privilege::can_manage_cgroups() {
+        match zygote::Zygote::start(runsbx.command(), &worker_args) {
+            Ok(z) => Some(z),
+            Err(e) => {
+                tracing::warn!("start the pool's zygote (each worker is spawned instead): {e:#}");
+                None
+            }
+        }
+    } else {
+        None
+    };
     let pool = Arc::new(Pool {
         runsbx,
-        worker_args: worker_args(&args),
+        zygote,
+        worker_args,
         size: usize::from(size),
         session: args.sandbox.session.is_some(),
         min_available,
@@ -874,17 +935,13 @@ impl Pool {
     /// Lets a worker go (closing its stdin lets an unused sandbox go) and
     /// waits for it in the background.
     fn reap(self: &Arc<Self>, w: Worker) {
-        let Worker {
-            mut child,
-            to,
-            from,
-        } = w;
+        let Worker { child, to, from } = w;
         drop(to);
         drop(from);
         self.lock().ending += 1;
         let pool = self.clone();
         std::thread::spawn(move || {
-            let _ = child.wait();
+            child.wait();
             pool.lock().ending -= 1;
             pool.changed.notify_all();
         });
@@ -929,39 +986,56 @@ impl Pool {
         }
     }
 
-    /// Starts a worker and waits until its sandbox is ready (or failed).
-    fn start_worker(self: Arc<Self>) {
-        let started = self
+    /// A new worker process: forked by the zygote, or spawned where there
+    /// is none (or it failed: it is not asked again).
+    fn new_worker(&self) -> std::io::Result<(Proc, Option<File>, Option<File>)> {
+        match self.zygote.as_ref().and_then(zygote::Zygote::fork_worker) {
+            Some(Ok(f)) => return Ok((Proc::Forked(f.pid), Some(f.to), Some(f.from))),
+            Some(Err(e)) => {
+                tracing::warn!("the pool's zygote could not fork a worker (spawned instead): {e}")
+            }
+            None => {}
+        }
+        let mut child = self
             .runsbx
             .command()
             .args(&self.worker_args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .spawn();
-        let ready = match started {
-            Ok(mut child) => {
-                let to = child.stdin.take();
-                let from = child.stdout.take().map(BufReader::new);
-                match (to, from) {
-                    (Some(to), Some(mut from)) => {
-                        let mut line = String::new();
-                        let _ = from.read_line(&mut line);
-                        let said: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
-                        if said.get("ready").is_some() {
-                            Ok(Worker { child, to, from })
-                        } else {
-                            let _ = child.wait();
-                            Err(Failed::from_worker(&said))
-                        }
-                    }
-                    _ => {
-                        let _ = child.kill();
-                        let _ = child.wait();
-                        Err(Failed::other("the worker has no pipes"))
+            .spawn()?;
+        let to = child
+            .stdin
+            .take()
+            .map(|p| File::from(std::os::fd::OwnedFd::from(p)));
+        let from = child
+            .stdout
+            .take()
+            .map(|p| File::from(std::os::fd::OwnedFd::from(p)));
+        Ok((Proc::Spawned(child), to, from))
+    }
+
+    /// Starts a worker and waits until its sandbox is ready (or failed).
+    fn start_worker(self: Arc<Self>) {
+        let ready = match self.new_worker() {
+            Ok((mut child, to, from)) => match (to, from.map(BufReader::new)) {
+                (Some(to), Some(mut from)) => {
+                    let mut line = String::new();
+                    let _ = from.read_line(&mut line);
+                    let said: Value = serde_json::from_str(&line).unwrap_or(Value::Null);
+                    if said.get("ready").is_some() {
+                        Ok(Worker { child, to, from })
+                    } else {
+                        child.wait();
+                        Err(Failed::from_worker(&said))
                     }
                 }
-            }
+                _ => {
+                    child.kill();
+                    child.wait();
+                    Err(Failed::other("the worker has no pipes"))
+                }
+            },
             Err(e) => Err(Failed::other(&format!("start a pool worker: {e}"))),
         };
         let mut s = self.lock();
@@ -1029,6 +1103,10 @@ impl Pool {
                 .wait_timeout(s, Duration::from_millis(100))
                 .unwrap_or_else(|e| e.into_inner())
                 .0;
+        }
+        drop(s);
+        if let Some(z) = &self.zygote {
+            z.end();
         }
     }
 }

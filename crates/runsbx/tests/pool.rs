@@ -12,7 +12,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Child, ChildStdin, ChildStdout, Stdio};
 use std::time::Duration;
 
-use runsbx_testkit::{self as kit, as_root_and_rootless, Fixture};
+use runsbx_testkit::{self as kit, as_root_and_rootless, Fixture, Who};
 use serde_json::{json, Value};
 
 const RUNSBX: &str = env!("CARGO_BIN_EXE_runsbx");
@@ -280,15 +280,20 @@ fn workers_log_with_serve_and_mark_each_step(fx: Fixture) {
         .collect();
     assert_eq!(served.len(), 1, "one worker served the request: {steps:?}");
     let mut served = served[0].clone();
-    // Rootless, the worker starts again in a user namespace of its own
-    // (the same process, exec'd again).
-    if served.get(1).map(String::as_str) == Some("process up") {
+    // As root, the pool's zygote forks each worker (serve/zygote.rs);
+    // rootless, serve spawns it, and it starts again in a user namespace
+    // of its own (the same process, exec'd again).
+    let first = if matches!(fx.who, Who::Root) {
+        "forked"
+    } else {
+        assert_eq!(served[..2], ["process up", "process up"], "{text}");
         served.remove(0);
-    }
+        "process up"
+    };
     assert_eq!(
         served,
         [
-            "process up",
+            first,
             "resolved",
             "namespaced",
             "workspace mounted",
@@ -385,6 +390,91 @@ fn a_waiting_stub_holds_only_its_socket(fx: Fixture) {
     fx.assert_clean();
 }
 as_root_and_rootless!(RUNSBX, a_waiting_stub_holds_only_its_socket: stub_fds_as_root, stub_fds_rootless);
+
+/// As root, a pool's workers are forked by its zygote (serve/zygote.rs),
+/// each of them serve's own child, with its sandbox below it; once the
+/// zygote is gone, serve spawns them and the pool serves on; the zygote
+/// ends with serve.
+#[test]
+fn a_root_pool_forks_its_workers() {
+    if !kit::is_root() {
+        kit::skip!("a_root_pool_forks_its_workers: needs root");
+    }
+    let fx = Fixture::new(RUNSBX, Who::Root);
+    let rootfs = rootfs_arg();
+    let mut pool = Serve::start(&fx, 1);
+    let serve = pool.child.id() as i32;
+    // serve's children, by what they run: the zygote has no children, a
+    // ready worker its sandbox's stub.
+    let children = || -> Vec<(i32, String, bool)> {
+        let all = descendants(serve);
+        all.iter()
+            .filter(|pid| parent_of(**pid) == Some(serve))
+            .map(|pid| {
+                let cmdline = fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let words: Vec<String> = cmdline
+                    .split(|b| *b == 0)
+                    .map(|w| String::from_utf8_lossy(w).into_owned())
+                    .collect();
+                let runs = words
+                    .iter()
+                    .find(|w| w.starts_with("pool-"))
+                    .cloned()
+                    .unwrap_or_default();
+                let has_stub = descendants(*pid).into_iter().any(is_stub);
+                (*pid, runs, has_stub)
+            })
+            .collect()
+    };
+    let settled = |kids: &[(i32, String, bool)], worker: &str| {
+        kids.len() == 2
+            && kids.iter().any(|(_, runs, stub)| runs == worker && *stub)
+            && kids
+                .iter()
+                .any(|(_, runs, stub)| runs == "pool-zygote" && !*stub)
+    };
+    kit::wait_until(
+        "serve's zygote and its first forked worker, waiting",
+        Duration::from_secs(30),
+        || settled(&children(), "pool-zygote"),
+    );
+    let kids = children();
+    let zygote = kids.iter().find(|(_, _, stub)| !*stub).unwrap().0;
+    let r = pool.call(&sh_args(&rootfs, &[], "true"));
+    assert_eq!(r["warm"], true, "{r}");
+    kit::wait_until(
+        "the next forked worker, waiting",
+        Duration::from_secs(30),
+        || settled(&children(), "pool-zygote"),
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(zygote),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    // The worker that was ready serves this call; its replacement finds
+    // the zygote gone, and is spawned.
+    let r = pool.call(&sh_args(&rootfs, &[], "true"));
+    assert_eq!(r["warm"], true, "{r}");
+    kit::wait_until("a spawned worker, waiting", Duration::from_secs(30), || {
+        let kids = children();
+        kids.len() == 1 && kids[0].1 == "pool-worker" && kids[0].2
+    });
+    let r = pool.call(&sh_args(&rootfs, &[], "true"));
+    assert_eq!(r["warm"], true, "{r}");
+    pool.close();
+    fx.assert_clean();
+}
+
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
 
 /// Whether `pid` is a pool sandbox's init, where the command is awaited.
 fn is_stub(pid: i32) -> bool {

@@ -40,3 +40,43 @@ pub fn child(
         }
     }
 }
+
+/// Which process [`sibling`] returned in.
+pub enum Sibling {
+    /// The caller, with the new process's pid.
+    Caller(Pid),
+    /// The new process: a copy of the caller, its parent's child.
+    New,
+}
+
+/// Forks a copy of this process that is its parent's child rather than
+/// its own (`CLONE_PARENT`): the parent waits for and signals it as one of
+/// its own. For `runsbx serve`'s zygote, which forks each pool worker for
+/// serve.
+///
+/// # Safety
+///
+/// The caller must be single-threaded (no lock is then held by a thread
+/// the copy does not have), and the copy must leave by exiting, never
+/// returning into the caller's state it does not own.
+pub unsafe fn sibling() -> nix::Result<Sibling> {
+    // SAFETY: clone with a null stack goes on in the copy on a copy of
+    // this stack, as fork(2) does; see the function's own contract.
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            libc::CLONE_PARENT | libc::SIGCHLD,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    };
+    match pid {
+        0 => Ok(Sibling::New),
+        p if p > 0 => i32::try_from(p)
+            .map(|p| Sibling::Caller(Pid::from_raw(p)))
+            .map_err(|_| nix::Error::EOVERFLOW),
+        _ => Err(nix::Error::last()),
+    }
+}
