@@ -160,8 +160,8 @@ struct State {
 
 struct Pool {
     runsbx: Runsbx,
-    /// What forks the workers, when serve runs as root (else each is
-    /// spawned).
+    /// What forks the workers, when serve runs as root (else, or once it
+    /// is gone, each is spawned).
     zygote: Option<zygote::Zygote>,
     /// `pool-worker` and the template's call flags.
     worker_args: Vec<String>,
@@ -219,7 +219,7 @@ pub fn run(args: Serve, flags: &crate::cli::Global) -> Result<i32> {
     };
     let (end_tx, end_rx) = mpsc::channel::<()>();
     let worker_args = worker_args(&args);
-    // An unprivileged worker re-executes itself (see serve/zygote.rs).
+    // Root only (see serve/zygote.rs).
     let zygote = if runsbx_runtime::sys::privilege::can_manage_cgroups() {
         match zygote::Zygote::start(runsbx.command(), &worker_args) {
             Ok(z) => Some(z),
@@ -1106,7 +1106,7 @@ impl Pool {
         }
         drop(s);
         if let Some(z) = &self.zygote {
-            z.end();
+            let _ = z.end();
         }
     }
 }

@@ -394,13 +394,9 @@ as_root_and_rootless!(RUNSBX, a_waiting_stub_holds_only_its_socket: stub_fds_as_
 /// As root, a pool's workers are forked by its zygote (serve/zygote.rs),
 /// each of them serve's own child, with its sandbox below it; once the
 /// zygote is gone, serve spawns them and the pool serves on; the zygote
-/// ends with serve.
-#[test]
-fn a_root_pool_forks_its_workers() {
-    if !kit::is_root() {
-        kit::skip!("a_root_pool_forks_its_workers: needs root");
-    }
-    let fx = Fixture::new(RUNSBX, Who::Root);
+/// ends with serve. Rootless, there is no zygote: serve spawns each
+/// worker.
+fn a_root_pool_forks_its_workers(fx: Fixture) {
     let rootfs = rootfs_arg();
     let mut pool = Serve::start(&fx, 1);
     let serve = pool.child.id() as i32;
@@ -426,6 +422,25 @@ fn a_root_pool_forks_its_workers() {
             })
             .collect()
     };
+    let spawned =
+        |kids: &[(i32, String, bool)]| kids.len() == 1 && kids[0].1 == "pool-worker" && kids[0].2;
+    if fx.rootless() {
+        kit::wait_until(
+            "serve's first spawned worker, waiting",
+            Duration::from_secs(30),
+            || spawned(&children()),
+        );
+        let r = pool.call(&sh_args(&rootfs, &[], "true"));
+        assert_eq!(r["warm"], true, "{r}");
+        kit::wait_until(
+            "the next spawned worker, waiting",
+            Duration::from_secs(30),
+            || spawned(&children()),
+        );
+        pool.close();
+        fx.assert_clean();
+        return;
+    }
     let settled = |kids: &[(i32, String, bool)], worker: &str| {
         kids.len() == 2
             && kids.iter().any(|(_, runs, stub)| runs == worker && *stub)
@@ -457,14 +472,15 @@ fn a_root_pool_forks_its_workers() {
     let r = pool.call(&sh_args(&rootfs, &[], "true"));
     assert_eq!(r["warm"], true, "{r}");
     kit::wait_until("a spawned worker, waiting", Duration::from_secs(30), || {
-        let kids = children();
-        kids.len() == 1 && kids[0].1 == "pool-worker" && kids[0].2
+        spawned(&children())
     });
     let r = pool.call(&sh_args(&rootfs, &[], "true"));
     assert_eq!(r["warm"], true, "{r}");
     pool.close();
     fx.assert_clean();
 }
+
+as_root_and_rootless!(RUNSBX, a_root_pool_forks_its_workers: forked_as_root, spawned_rootless);
 
 fn parent_of(pid: i32) -> Option<i32> {
     let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -864,14 +880,18 @@ as_root_and_rootless!(RUNSBX, owner_sigkill_ends_its_calls: owner_sigkill_as_roo
 /// Waits until a killed pool's sandboxes are gone (their watchdogs, or
 /// the next start, remove them), then finds nothing of the pool left.
 fn killed_pool_is_gone(fx: &Fixture) {
-    kit::wait_until(
-        "the killed pool's sandboxes to go",
+    let left = kit::settle(
         Duration::from_secs(20),
-        || {
-            fx.leftovers().is_empty()
-                && fx.stray_processes().is_empty()
-                && fx.stray_mounts().is_empty()
-        },
+        kit::POLL,
+        || (fx.leftovers(), fx.stray_processes(), fx.stray_mounts()),
+        |(state, procs, mounts)| state.is_empty() && procs.is_empty() && mounts.is_empty(),
+    );
+    assert!(
+        left.0.is_empty() && left.1.is_empty() && left.2.is_empty(),
+        "the killed pool's sandboxes were not gone after 20 s: state {:?}, processes {:?}, mounts {:?}",
+        left.0,
+        left.1,
+        left.2
     );
     fx.assert_clean();
     kit::wait_until(

@@ -22,9 +22,15 @@
 //! The zygote exits when serve's end of the socket closes (serve exits,
 //! or is killed).
 //!
-//! Only for a pool run by real root: an unprivileged worker re-executes
-//! runsbx in a user namespace of its own with its own command line
-//! (`reexec_in_own_userns`), which a fork of the zygote does not have.
+//! Only for a pool run by real root. An unprivileged worker re-executes
+//! runsbx in a user namespace of its own (`reexec_in_own_userns`), with its
+//! own command line, which a fork of the zygote does not have; and a
+//! zygote that made that namespace once and forked its workers inside it
+//! would break what a rootless call's watchdog relies on: that every
+//! process in its user namespace is its own call's, to be killed when
+//! that call's runsbx dies (`sandbox::teardown::reclaim`). Tried: one
+//! killed worker's watchdog then killed the other workers and their
+//! watchdogs, and a SIGKILLed pool left a call's state behind.
 //!
 //! Every worker of one pool starts from the zygote's memory, so they share
 //! its address-space layout and its stack-protector value instead of each
@@ -122,8 +128,10 @@ impl Zygote {
                 if self.broken.swap(true, Ordering::SeqCst) {
                     return None;
                 }
-                self.end();
-                return Some(Err(e));
+                let how = self.end();
+                return Some(Err(std::io::Error::other(format!(
+                    "the zygote is gone ({how}): {e}"
+                ))));
             }
         };
         if pid <= 0 {
@@ -138,12 +146,16 @@ impl Zygote {
         }))
     }
 
-    /// Ends the zygote (the end of its socket) and waits for it.
-    pub fn end(&self) {
+    /// Ends the zygote (the end of its socket) and waits for it; how it
+    /// ended.
+    pub fn end(&self) -> String {
         let sock = self.sock.lock().unwrap_or_else(|e| e.into_inner());
         let _ = sock.shutdown(std::net::Shutdown::Both);
         drop(sock);
-        let _ = self.child.lock().unwrap_or_else(|e| e.into_inner()).wait();
+        match self.child.lock().unwrap_or_else(|e| e.into_inner()).wait() {
+            Ok(status) => status.to_string(),
+            Err(e) => format!("not waited for: {e}"),
+        }
     }
 }
 
