@@ -8,6 +8,10 @@
 //! code. It never returns into runsbx: it runs its body and leaves with
 //! `_exit`, skipping the destructors and atexit handlers that belong to the
 //! parent's state (a lock, a mount guard, a temporary directory).
+//!
+//! [`sibling`] is the other fork: `runsbx serve`'s zygote, single-threaded
+//! for its whole life, forks each pool worker as its parent's child, and
+//! that copy becomes a whole runsbx process (it leaves by `exit`).
 
 use std::os::fd::{AsRawFd, BorrowedFd};
 
