@@ -101,11 +101,8 @@ pub fn verify(spec: &Spec, profile: &Profile, host: &HostFacts) -> Result<(), Po
     }
     // Exactly the allowlist, or, where the runtime listens, the same
     // allowlist reporting to that listener and no other.
-    let seccomp = match &host.seccomp_listener {
-        Some(listener) => crate::seccomp::reporting(listener)?,
-        None => crate::seccomp::allowlist()?,
-    };
-    if linux.seccomp().as_ref() != Some(&seccomp) {
+    let listener = host.seccomp_listener.as_deref();
+    if !crate::seccomp::is_allowlist(linux.seccomp().as_ref(), listener)? {
         return fail("the seccomp allowlist is not in place".into());
     }
     let writable_ok = !profile.readonly_rootfs && host.rootfs_container_layer;

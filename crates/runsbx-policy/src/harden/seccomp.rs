@@ -13,12 +13,13 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
                 .to_owned(),
         });
     }
-    let allowlist = match &cx.host.seccomp_listener {
-        Some(listener) => crate::seccomp::reporting(listener)?,
-        None => crate::seccomp::allowlist()?,
-    };
+    let listener = cx.host.seccomp_listener.clone();
     let linux = cx.linux();
-    if linux.seccomp().as_ref() != Some(&allowlist) {
+    if !crate::seccomp::is_allowlist(linux.seccomp().as_ref(), listener.as_deref())? {
+        let allowlist = match &listener {
+            Some(listener) => crate::seccomp::reporting(listener)?,
+            None => crate::seccomp::allowlist()?,
+        };
         let had = linux.seccomp().is_some();
         linux.set_seccomp(Some(allowlist));
         cx.change(
