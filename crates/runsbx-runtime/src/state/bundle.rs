@@ -132,6 +132,24 @@ pub fn check_command(
     check_command_in(&root, command, env, cwd, mounted)
 }
 
+/// `path` resolved in `root` as pathrs resolves it (openat2 with
+/// `RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS`, `O_PATH`), or `None` if it
+/// is not there. A path that is not there is known from the one
+/// openat2: pathrs answers it with an error that names the root, read
+/// back through /proc, six more system calls for each directory of PATH
+/// before the command's (a warm sandbox's request for `sh` is looked for
+/// in three). Anything else openat2 says (no openat2, a rename race's
+/// EAGAIN, ...) is left to pathrs, which retries or falls back.
+fn resolve_in(root: &pathrs::Root, path: &Path) -> Option<std::os::fd::OwnedFd> {
+    use std::os::fd::AsFd;
+    let resolve = libc::RESOLVE_IN_ROOT | libc::RESOLVE_NO_MAGICLINKS;
+    match crate::sys::beneath::openat2(root.as_fd(), path, libc::O_PATH, resolve) {
+        Ok(fd) => Some(fd),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT | libc::ENOTDIR)) => None,
+        Err(_) => root.resolve(path).ok().map(Into::into),
+    }
+}
+
 /// [`check_command`] in a root already open: a running container's own
 /// view, for exec.
 pub fn check_command_in(
@@ -166,7 +184,7 @@ pub fn check_command_in(
         if mounted.iter().any(|m| candidate.starts_with(m)) {
             return Ok(());
         }
-        let Ok(handle) = root.resolve(candidate) else {
+        let Some(handle) = resolve_in(root, candidate) else {
             continue;
         };
         let Ok(stat) = nix::sys::stat::fstat(handle.as_fd().as_raw_fd()) else {
@@ -600,6 +618,43 @@ fn replace(new: &Path, path: &Path) -> std::io::Result<()> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// The command is looked for in the rootfs, links resolved inside it
+    /// (an absolute link is the rootfs's path, never the host's), each
+    /// PATH directory in turn, and told apart: not there, not executable.
+    #[test]
+    fn a_command_is_found_in_the_rootfs_only() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let tmp = tempfile::tempdir().unwrap();
+        let rootfs = tmp.path();
+        std::fs::create_dir_all(rootfs.join("usr/bin")).unwrap();
+        let tool = rootfs.join("usr/bin/tool");
+        std::fs::write(&tool, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(rootfs.join("usr/bin/data"), "").unwrap();
+        symlink("usr/bin", rootfs.join("bin")).unwrap();
+        // The host's own executables, named by absolute links.
+        symlink("/usr/bin/env", rootfs.join("usr/bin/env")).unwrap();
+        symlink("/usr/bin/tool", rootfs.join("usr/bin/alias")).unwrap();
+        let env = ["PATH=/nope:/sbin:/bin".to_owned()];
+        let check = |command: &str| check_command(rootfs, command, &env, Path::new("/"), &[]);
+        check("tool").unwrap();
+        check("alias").unwrap();
+        check("/bin/tool").unwrap();
+        assert!(
+            matches!(check("env"), Err(RuntimeError::CommandNotFound { .. })),
+            "{:?}",
+            check("env")
+        );
+        assert!(matches!(
+            check("missing"),
+            Err(RuntimeError::CommandNotFound { .. })
+        ));
+        assert!(matches!(
+            check("data"),
+            Err(RuntimeError::CommandNotExecutable { .. })
+        ));
+    }
 
     #[test]
     fn an_exec_finds_the_filter_where_create_put_it_or_fails() {

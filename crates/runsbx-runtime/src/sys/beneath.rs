@@ -13,15 +13,32 @@ use std::path::Path;
 /// added), reached without a symlink, a magic link or another mount on the
 /// way: ELOOP for a link, EXDEV for a path that leaves `dir`.
 pub fn open(dir: BorrowedFd<'_>, rel: &Path, flags: libc::c_int) -> io::Result<OwnedFd> {
+    openat2(
+        dir,
+        rel,
+        flags | libc::O_NOFOLLOW,
+        libc::RESOLVE_BENEATH
+            | libc::RESOLVE_NO_SYMLINKS
+            | libc::RESOLVE_NO_MAGICLINKS
+            | libc::RESOLVE_NO_XDEV,
+    )
+}
+
+/// openat2(2) of `rel` from `dir` with `flags` (`O_CLOEXEC` added) and
+/// the `resolve` flags, once: EAGAIN (a rename or mount raced it) is the
+/// caller's to retry or hand on.
+pub fn openat2(
+    dir: BorrowedFd<'_>,
+    rel: &Path,
+    flags: libc::c_int,
+    resolve: u64,
+) -> io::Result<OwnedFd> {
     let path = CString::new(rel.as_os_str().as_bytes())
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     // SAFETY: open_how is a plain C struct; all-zero is its valid default.
     let mut how: libc::open_how = unsafe { std::mem::zeroed() };
-    how.flags = (flags | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64;
-    how.resolve = libc::RESOLVE_BENEATH
-        | libc::RESOLVE_NO_SYMLINKS
-        | libc::RESOLVE_NO_MAGICLINKS
-        | libc::RESOLVE_NO_XDEV;
+    how.flags = (flags | libc::O_CLOEXEC) as u64;
+    how.resolve = resolve;
     // SAFETY: a live dirfd, a NUL-terminated path and a correctly sized
     // open_how; the kernel returns a new fd or -1.
     let fd = unsafe {
