@@ -160,13 +160,18 @@ impl Listener {
             .sock
             .try_clone()
             .map_err(|e| RuntimeError::io("dup the seccomp listener", e))?;
+        let (seen_tx, seen) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("runsbx-seccomp".to_owned())
-            .spawn(move || serve(&id, &sock, &stop_r, sock_diag.as_ref()))
+            .spawn(move || {
+                let seen = serve(&id, &sock, &stop_r, sock_diag.as_ref());
+                let _ = seen_tx.send(seen);
+            })
             .map_err(|e| RuntimeError::io("start the seccomp listener's thread", e))?;
         Ok(Serving {
             listener: self,
             stop: Some(stop_w),
+            seen,
             thread: Some(thread),
         })
     }
@@ -189,7 +194,13 @@ pub(crate) struct Seen {
 pub(crate) struct Serving {
     listener: Listener,
     stop: Option<OwnedFd>,
-    thread: Option<JoinHandle<Seen>>,
+    /// What the thread saw, sent once it has answered the last
+    /// notification; the thread's own end (closing the sandbox's
+    /// notification fds, unmapping its stack) comes after, and is waited
+    /// for only when this is dropped: a warm call's reply is written
+    /// between the two (the end took 0.19 ms of a traced warm call).
+    seen: std::sync::mpsc::Receiver<Seen>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl Serving {
@@ -203,27 +214,22 @@ impl Serving {
     }
 
     /// Stops the thread once it has answered what is pending; what it saw.
-    /// The socket is removed when this is dropped.
+    /// The thread ends, and the socket is removed, when this is dropped.
     pub fn finish(&mut self) -> Seen {
-        self.stop_thread().unwrap_or_default()
-    }
-
-    fn stop_thread(&mut self) -> Option<Seen> {
         self.stop();
-        let thread = self.thread.take()?;
-        match thread.join() {
-            Ok(denials) => Some(denials),
-            Err(_) => {
-                tracing::error!(path = ?self.listener.path, "the seccomp listener's thread panicked");
-                None
-            }
-        }
+        // Nothing comes if the thread panicked: reported when dropped.
+        self.seen.recv().unwrap_or_default()
     }
 }
 
 impl Drop for Serving {
     fn drop(&mut self) {
-        self.stop_thread();
+        self.stop();
+        if let Some(thread) = self.thread.take() {
+            if thread.join().is_err() {
+                tracing::error!(path = ?self.listener.path, "the seccomp listener's thread panicked");
+            }
+        }
     }
 }
 
