@@ -127,12 +127,13 @@ def members(binary, map_file):
     `archive:member`), from the linker's map of it."""
     start, offset, size = text_section(binary)
     found = []
-    for line in open(map_file):
-        m = MEMBER.match(line)
-        if m:
-            addr, length = int(m.group(1), 16), int(m.group(2), 16)
-            if length and start <= addr < start + size:
-                found.append((addr - start + offset, length, f"{m.group(3)}:{m.group(4)}"))
+    with open(map_file) as lines:
+        for line in lines:
+            m = MEMBER.match(line)
+            if m:
+                addr, length = int(m.group(1), 16), int(m.group(2), 16)
+                if length and start <= addr < start + size:
+                    found.append((addr - start + offset, length, f"{m.group(3)}:{m.group(4)}"))
     found.sort()
     return found
 
@@ -145,7 +146,8 @@ def write_list(binary, map_file, out, groups):
     seen = set()
     lines = []
     for name, pages_file in groups:
-        pages = [int(p) for p in open(pages_file).read().split()]
+        with open(pages_file) as f:
+            pages = [int(p) for p in f.read().split()]
         added = 0
         for symbol in executed(funcs, pages):
             pat = pattern(symbol)

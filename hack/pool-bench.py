@@ -28,12 +28,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "clients", "python", "src"))
-import runsbx  # noqa: E402
+import runsbx
 
 
 def pct(times, p):
     s = sorted(times)
-    return s[min(len(s) - 1, int(round(p / 100 * (len(s) - 1))))]
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
 
 
 def ms(x):
