@@ -54,6 +54,19 @@ def warm_client(binary, cmd, runs):
     return times
 
 
+def serve_call(serve, i, cmd):
+    """Call `i` of `cmd`, written to the `runsbx serve` process `serve` as
+    one JSON line, after 0.2 s for its pool to refill: its reply, and the
+    seconds from the request's write to the reply's read."""
+    time.sleep(0.2)
+    line = json.dumps({"id": i, "argv": ["--json", "--", *cmd]}) + "\n"
+    t0 = time.perf_counter()
+    serve.stdin.write(line.encode())
+    serve.stdin.flush()
+    reply = json.loads(serve.stdout.readline())
+    return reply, time.perf_counter() - t0
+
+
 def warm_serve(binary, cmd, runs):
     """Warm calls written to `runsbx serve` as JSON lines, one at a time."""
     p = subprocess.Popen(
@@ -62,13 +75,7 @@ def warm_serve(binary, cmd, runs):
     times = []
     try:
         for i in range(runs + 1):
-            time.sleep(0.2)
-            line = json.dumps({"id": i, "argv": ["--json", "--", *cmd]}) + "\n"
-            t0 = time.perf_counter()
-            p.stdin.write(line.encode())
-            p.stdin.flush()
-            reply = json.loads(p.stdout.readline())
-            dt = time.perf_counter() - t0
+            reply, dt = serve_call(p, i, cmd)
             assert reply["result"]["exit_code"] == 0, reply
             if i:
                 times.append(dt)

@@ -12,15 +12,22 @@ On these VMs the speed drifts from minute to minute, which separate runs
 of hack/phases.py or hack/pool-bench.py take for a difference; in one
 loop the drift falls on both builds alike. A call is timed from the
 write of its request line to the read of its reply, as
-hack/pool-bench.py's `serve` figures are. For a small change, run it
+hack/pool-bench.py's `serve` figures are (its `serve_call`). For a small change, run it
 twice with the builds swapped.
 """
 
-import json
+import importlib.util
+import os
 import statistics
 import subprocess
 import sys
-import time
+
+# hack/pool-bench.py's call through `runsbx serve`, timed as its figures are.
+_spec = importlib.util.spec_from_file_location(
+    "pool_bench", os.path.join(os.path.dirname(os.path.abspath(__file__)), "pool-bench.py")
+)
+pool_bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(pool_bench)
 
 
 def main():
@@ -37,14 +44,7 @@ def main():
     try:
         for i in range(calls + 1):
             for k in ("A", "B") if i % 2 else ("B", "A"):
-                serve = serves[k]
-                time.sleep(0.2)
-                line = json.dumps({"id": i, "argv": ["--json", "--", *cmd]}) + "\n"
-                t0 = time.perf_counter()
-                serve.stdin.write(line.encode())
-                serve.stdin.flush()
-                reply = json.loads(serve.stdout.readline())
-                dt = time.perf_counter() - t0
+                reply, dt = pool_bench.serve_call(serves[k], i, cmd)
                 if reply.get("warm") is not True:
                     sys.exit(f"build {k}: the call was not warm: {reply}")
                 if i:  # the first of each is left out
