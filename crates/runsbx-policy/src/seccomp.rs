@@ -227,7 +227,7 @@ fn native_arches() -> Vec<Arch> {
 /// The allowlist as an OCI `linux.seccomp` section: every denial answered
 /// by the filter itself, unreported.
 pub fn allowlist() -> Result<LinuxSeccomp, PolicyError> {
-    built(None).map(|f| LinuxSeccomp::clone(&f))
+    for_listener(None)
 }
 
 /// The allowlist whose denials are reported to the listener at `listener`
@@ -240,7 +240,12 @@ pub fn allowlist() -> Result<LinuxSeccomp, PolicyError> {
 /// the rules name. If the listener is gone (runsbx killed), the kernel
 /// fails a notifying syscall with ENOSYS: still a denial, never a pass.
 pub fn reporting(listener: &Path) -> Result<LinuxSeccomp, PolicyError> {
-    built(Some(listener)).map(|f| LinuxSeccomp::clone(&f))
+    for_listener(Some(listener))
+}
+
+/// The allowlist for `listener`: [`reporting`] to it, or [`allowlist`].
+pub(crate) fn for_listener(listener: Option<&Path>) -> Result<LinuxSeccomp, PolicyError> {
+    built(listener).map(|f| LinuxSeccomp::clone(&f))
 }
 
 /// Whether `seccomp` is exactly the allowlist (`listener`: reporting to

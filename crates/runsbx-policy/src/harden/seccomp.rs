@@ -16,10 +16,7 @@ pub(super) fn apply(cx: &mut Cx) -> Result<(), PolicyError> {
     let listener = cx.host.seccomp_listener.clone();
     let linux = cx.linux();
     if !crate::seccomp::is_allowlist(linux.seccomp().as_ref(), listener.as_deref())? {
-        let allowlist = match &listener {
-            Some(listener) => crate::seccomp::reporting(listener)?,
-            None => crate::seccomp::allowlist()?,
-        };
+        let allowlist = crate::seccomp::for_listener(listener.as_deref())?;
         let had = linux.seccomp().is_some();
         linux.set_seccomp(Some(allowlist));
         cx.change(
