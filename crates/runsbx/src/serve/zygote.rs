@@ -170,6 +170,8 @@ pub fn run(
     if !runsbx_runtime::sys::privilege::can_manage_cgroups() {
         anyhow::bail!("pool-zygote: only a pool run by root forks its workers");
     }
+    // Once here rather than in every sandbox's init.
+    runsbx_runtime::sys::fork::detect_cpu_features();
     loop {
         let Some([stdin, stdout]) = next_request()? else {
             return Ok(0);
