@@ -331,7 +331,10 @@ fn libcontainer_exec(
 fn join_user_namespace_of(init: nix::unistd::Pid) -> Result<()> {
     use nix::sched::{setns, CloneFlags};
     let pidfd = crate::sys::procs::pidfd_open(init)?;
-    setns(&pidfd, CloneFlags::CLONE_NEWUSER).map_err(|e| match e {
+    let joined = setns(&pidfd, CloneFlags::CLONE_NEWUSER);
+    // Inside, runsbx is rootless: what it knew of its namespace is stale.
+    privilege::moved();
+    joined.map_err(|e| match e {
         // The kernel's answer for joining the user namespace one is in.
         nix::Error::EINVAL => RuntimeError::invalid(
             format!("exec into the container of pid {init}"),

@@ -67,6 +67,7 @@ pub fn enter_for_exec(init: Pid, cgroup_path: &Path) -> Result<Shadow> {
             setns(&parent, CloneFlags::CLONE_NEWUSER).map_err(|e| {
                 RuntimeError::sys(ctx("join the container's parent user namespace"), e)
             })?;
+            crate::sys::privilege::moved();
         }
     }
     shadow(cgroup_path)
@@ -106,6 +107,7 @@ fn shadow(cgroup_path: &Path) -> Result<Shadow> {
         Some("mode=0755,size=1m"),
     )
     .map_err(|e| RuntimeError::sys(ctx(&format!("mount tmpfs on {CGROUP_ROOT}")), e))?;
+    crate::sys::privilege::moved();
     let shadow = Shadow(());
     let relative: Vec<Component> = cgroup_path
         .components()

@@ -62,6 +62,7 @@ pub fn copy_up(init: Pid, own_userns: bool, rootfs: &Path, dests: &[PathBuf]) ->
         if let Err(e) = setns(&pidfd, flags) {
             return 128 + (e as i32).clamp(1, 127);
         }
+        crate::sys::privilege::moved();
         // Joining a user namespace keeps the ids; as its root, what the
         // helper makes is the sandbox root's (host root is not mapped
         // there: files made with its ids would be EOVERFLOW).

@@ -348,10 +348,13 @@ fn in_namespaces_of(
         let code = match setns(&pidfd, flags) {
             // 128 + errno tells the parent which step failed and why.
             Err(e) => 128 + (e as i32).clamp(1, 127),
-            Ok(()) => match f(&mut out) {
-                0 => 0,
-                errno => errno.clamp(1, 99),
-            },
+            Ok(()) => {
+                crate::sys::privilege::moved();
+                match f(&mut out) {
+                    0 => 0,
+                    errno => errno.clamp(1, 99),
+                }
+            }
         };
         drop(out);
         code

@@ -1,8 +1,44 @@
 //! Facts about the host that decide how a container can be built.
+//!
+//! One operation asks them a dozen times or more (a `run` asked whether it
+//! is in a user namespace 17 times, each an open and two reads of
+//! /proc/self/uid_map), and they change only when the process moves: into
+//! another user namespace, or under a mount that hides the cgroup
+//! hierarchies. So each is looked up once and kept, and the few places in
+//! runsbx that move a process call [`moved`], which makes the next
+//! question look again. Forked children inherit the answers with the
+//! namespaces they describe.
 
 use std::fs;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use nix::unistd::Uid;
+
+/// Not looked up yet (or looked up before the process moved).
+const UNKNOWN: u8 = 0;
+
+static IN_USER_NAMESPACE: AtomicU8 = AtomicU8::new(UNKNOWN);
+static CGROUP_LAYOUT: AtomicU8 = AtomicU8::new(UNKNOWN);
+
+/// Forgets the answers below: this process just entered another user
+/// namespace, or mounted over the cgroup hierarchies.
+pub fn moved() {
+    IN_USER_NAMESPACE.store(UNKNOWN, Ordering::Relaxed);
+    CGROUP_LAYOUT.store(UNKNOWN, Ordering::Relaxed);
+}
+
+/// The answer kept in `cell`, or `look_up`'s, then kept. Two threads asking
+/// at once both look; they find the same.
+fn kept(cell: &AtomicU8, look_up: impl FnOnce() -> u8) -> u8 {
+    match cell.load(Ordering::Relaxed) {
+        UNKNOWN => {
+            let found = look_up();
+            cell.store(found, Ordering::Relaxed);
+            found
+        }
+        found => found,
+    }
+}
 
 /// Whether runsbx runs without real root: an unprivileged user, or uid 0
 /// inside a user namespace that does not map the whole range (rootless
@@ -13,12 +49,16 @@ pub fn rootless() -> bool {
 
 /// Whether this process is in a user namespace other than the initial one.
 pub fn in_user_namespace() -> bool {
-    match fs::read_to_string("/proc/self/uid_map") {
+    const NO: u8 = 1;
+    const YES: u8 = 2;
+    let look_up = || match fs::read_to_string("/proc/self/uid_map") {
         // The initial namespace maps the full 32-bit range.
-        Ok(map) => !map.split_whitespace().eq(["0", "0", "4294967295"]),
+        Ok(map) if map.split_whitespace().eq(["0", "0", "4294967295"]) => NO,
+        Ok(_) => YES,
         // Without /proc we cannot tell; assume the stricter case.
-        Err(_) => true,
-    }
+        Err(_) => YES,
+    };
+    kept(&IN_USER_NAMESPACE, look_up) == YES
 }
 
 /// How cgroups are mounted on this host.
@@ -32,11 +72,17 @@ pub enum CgroupLayout {
 
 pub fn cgroup_layout() -> CgroupLayout {
     use libcgroups::common::{get_cgroup_setup, CgroupSetup};
-    match get_cgroup_setup() {
-        Ok(CgroupSetup::Legacy) => CgroupLayout::V1,
-        Ok(CgroupSetup::Hybrid) => CgroupLayout::Hybrid,
-        Ok(CgroupSetup::Unified) => CgroupLayout::V2,
-        Err(_) => CgroupLayout::None,
+    let look_up = || match get_cgroup_setup() {
+        Ok(CgroupSetup::Legacy) => 1,
+        Ok(CgroupSetup::Hybrid) => 2,
+        Ok(CgroupSetup::Unified) => 3,
+        Err(_) => 4,
+    };
+    match kept(&CGROUP_LAYOUT, look_up) {
+        1 => CgroupLayout::V1,
+        2 => CgroupLayout::Hybrid,
+        3 => CgroupLayout::V2,
+        _ => CgroupLayout::None,
     }
 }
 

@@ -68,7 +68,9 @@ fn enter_own_user_namespace(uid: u32, gid: u32) -> Result<()> {
                 ctx("unshare(CLONE_NEWUSER) (are unprivileged user namespaces enabled? check sysctl user.max_user_namespaces and kernel.unprivileged_userns_clone)"),
                 e,
             )
-        })
+        })?;
+        privilege::moved();
+        Ok(())
     };
     if let Ok(ids) = Subordinate::of(uid, gid) {
         return ids.map_after(unshare_user);
