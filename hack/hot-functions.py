@@ -121,6 +121,8 @@ def pattern(symbol):
     matched nothing in the release build (31 of a list's 2300 functions,
     700 KB more of a run's code mapped)."""
     symbol = re.sub(r"\.llvm\.\d+$", "", symbol)
+    if symbol == "main":
+        return symbol  # rustc's, in a section of its own as a Rust function's
     if not symbol.startswith("_R"):
         return None  # C code's sections are not named per function
     symbol = re.sub(r"Cs[0-9A-Za-z]+_", "Cs*_", symbol)
@@ -128,8 +130,10 @@ def pattern(symbol):
 
 
 # An input section of an archive member in an lld map: VMA, LMA, size,
-# alignment, then `/path/libc.a(malloc.o):(.text)`.
-MEMBER = re.compile(r"^\s*([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)\s+\d+\s+\S*?([^/\s]+\.a)\(([^()\s]+)\):\((\.text[^)]*)\)$")
+# alignment, then `/path/libc.a(malloc.o):(.text)`. C code a crate builds
+# (libseccomp's, through libseccomp-sys) is a member of that crate's rlib,
+# named with the crate's hash: `liblibseccomp_sys-<hash>.rlib(api.o)`.
+MEMBER = re.compile(r"^\s*([0-9a-f]+)\s+[0-9a-f]+\s+([0-9a-f]+)\s+\d+\s+\S*?([^/\s]+\.(?:a|rlib))\(([^()\s]+)\):\((\.text[^)]*)\)$")
 
 
 def members(binary, map_file):
@@ -143,7 +147,9 @@ def members(binary, map_file):
             if m:
                 addr, length = int(m.group(1), 16), int(m.group(2), 16)
                 if length and start <= addr < start + size:
-                    found.append((addr - start + offset, length, f"{m.group(3)}:{m.group(4)}"))
+                    # The hash differs in the release build, as in pattern().
+                    archive = re.sub(r"-[0-9a-f]+\.rlib$", "-*.rlib", m.group(3))
+                    found.append((addr - start + offset, length, f"{archive}:{m.group(4)}"))
     found.sort()
     return found
 
