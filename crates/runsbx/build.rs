@@ -10,14 +10,15 @@
 //!
 //! hot-functions.txt, beside this file, lists those functions (made by
 //! running the workloads: hack/hot-functions.sh) by their v0 symbols
-//! (`symbol-mangling-version` in .cargo/config.toml) with crate hashes as
-//! wildcards, and the code of the C libraries linked in (glibc,
-//! libseccomp) by archive member (`libc.a:malloc.o`, or in the rlib of
-//! the crate that built it: `liblibseccomp_sys-*.rlib:libseccomp_la-api.o`),
-//! since C code has no section per function. This writes it as a linker
-//! script that puts their sections, in that order, in a `.text.hot` section
-//! inserted before `.text`: an addition to the linker's default layout,
-//! which rust-lld (the default linker here) and GNU ld both read.
+//! (`symbol-mangling-version` in .cargo/config.toml), with crate hashes
+//! and the back-references that count bytes past them as wildcards, and
+//! the code of the C libraries linked in (glibc, libseccomp) by archive
+//! member (`libc.a:malloc.o`, or in the rlib of the crate that built it:
+//! `liblibseccomp_sys-*.rlib:libseccomp_la-api.o`), since C code has no
+//! section per function. This writes it as a linker script that puts their
+//! sections, in that order, in a `.text.hot` section inserted before
+//! `.text`: an addition to the linker's default layout, which rust-lld (the
+//! default linker here) and GNU ld both read.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
