@@ -1,15 +1,17 @@
 //! Fault injection: runsbx killed with SIGKILL at random instants of
 //! `create`, `start`, `delete` and `call` (its main process, and its whole
 //! process group as a terminal or a supervisor kills it), then one
-//! `delete --force` (or, for calls, one more call, which sweeps); and many
-//! calls at once. Afterwards nothing may be left on the host: no process,
-//! mount, cgroup, id slot, cgroup claim, staged rootfs, state or network
-//! namespace. Every kind is counted separately, as the difference between
-//! snapshots taken before and after.
+//! `delete --force` (or, for calls, one more call, which sweeps); many
+//! calls at once; long runs of calls, cold and pooled. Afterwards nothing
+//! may be left on the host: no process, mount, cgroup, id slot, cgroup
+//! claim, staged rootfs, state or network namespace. Every kind is
+//! counted separately, as the difference between snapshots taken before
+//! and after.
 //!
-//! `RUNSBX_FAULT_KILLS` sets the kills of each kind (default 100) and
-//! `RUNSBX_FAULT_CALLS` the concurrent calls (default 200, 50 rootless);
-//! hack/faults.sh runs the long mode.
+//! `RUNSBX_FAULT_KILLS` sets the kills of each kind (default 100),
+//! `RUNSBX_FAULT_CALLS` the concurrent calls (default 200, 50 rootless),
+//! `RUNSBX_FAULT_SOAK` and `RUNSBX_FAULT_POOL_SOAK` the cold and the
+//! pooled calls of the soaks (300 each); hack/faults.sh runs the long mode.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -333,3 +335,65 @@ fn soak(fx: Fixture) {
     assert!(left.is_empty(), "after a soak of {calls} calls: {left:#?}");
 }
 as_root_and_rootless!(RUNSBX, soak: soak_as_root, soak_rootless);
+
+/// Pooled calls through `runsbx serve`, two at a time
+/// (`RUNSBX_FAULT_POOL_SOAK`, default 300; 10,000 in hack/faults.sh):
+/// each is warm and answers, and once serve has ended nothing of its
+/// sandboxes is left.
+fn pool_soak(fx: Fixture) {
+    use std::io::{BufRead, BufReader, Write};
+
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let calls = count("RUNSBX_FAULT_POOL_SOAK", 300);
+    let rootfs = kit::rootfs().to_str().unwrap().to_owned();
+    let before = snapshot(&fx);
+    let mut cmd = fx.cmd(["serve", "--size=4", "--rootfs", &rootfs]);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut serve = kit::spawn(&mut cmd);
+    let mut to = serve.stdin.take().unwrap();
+    let mut from = BufReader::new(serve.stdout.take().unwrap());
+    let mut send = |n: usize| {
+        // The pool's rootfs, or the request does not fit and runs cold.
+        let argv = ["--json", "--rootfs", &rootfs, "--", "echo", &n.to_string()];
+        let line = serde_json::json!({"id": n, "argv": argv}).to_string();
+        writeln!(to, "{line}").unwrap();
+        to.flush().unwrap();
+    };
+    let mut sent = 0;
+    let mut answered = BTreeSet::new();
+    while sent < calls.min(2) {
+        send(sent);
+        sent += 1;
+    }
+    for _ in 0..calls {
+        let mut line = String::new();
+        from.read_line(&mut line).unwrap();
+        let reply: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("reply {line:?}: {e}"));
+        let n = reply["id"].as_u64().unwrap_or_else(|| panic!("{reply}"));
+        assert!(answered.insert(n), "call {n} answered twice: {reply}");
+        assert_eq!(
+            (&reply["warm"], &reply["result"]["exit_code"]),
+            (&serde_json::json!(true), &serde_json::json!(0)),
+            "call {n}: {reply}"
+        );
+        assert_eq!(
+            reply["result"]["stdout"]["data"],
+            format!("{n}\n"),
+            "{reply}"
+        );
+        if sent < calls {
+            send(sent);
+            sent += 1;
+        }
+    }
+    // serve ends at the end of its stdin, once its sandboxes are gone.
+    drop(to);
+    let status = serve.wait().unwrap();
+    assert!(status.success(), "runsbx serve ended with {status}");
+    let left = leftovers(&fx, &before);
+    assert!(left.is_empty(), "after {calls} pooled calls: {left:#?}");
+}
+as_root_and_rootless!(RUNSBX, pool_soak: pool_soak_as_root, pool_soak_rootless);
