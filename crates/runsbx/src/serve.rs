@@ -649,11 +649,18 @@ impl Lanes {
     }
 }
 
-/// A request's `argv`, if it is an array of strings.
-fn request_argv(msg: &Value) -> Option<&[Value]> {
-    match msg.get("argv").and_then(Value::as_array) {
-        Some(a) if a.iter().all(Value::is_string) => Some(a),
-        _ => None,
+/// A request's `argv`, if it is an array of strings; else what is wrong
+/// with the request.
+fn request_argv(msg: &Value) -> Result<&[Value], &'static str> {
+    match msg.get("argv") {
+        _ if !msg.is_object() => Err(
+            "the request is not a JSON object: one is {\"id\": 1, \"argv\": [\"--\", \"true\"]}",
+        ),
+        None => Err("the request has no \"argv\" (an array of strings: runsbx call's arguments)"),
+        Some(Value::Array(a)) if a.iter().all(Value::is_string) => Ok(a),
+        Some(_) => {
+            Err("the request's \"argv\" is not an array of strings (runsbx call's arguments)")
+        }
     }
 }
 
@@ -692,7 +699,7 @@ impl Pool {
     /// request has its arguments: it is recorded as run by that worker
     /// (for a cancel) when this returns.
     fn send_at_once(&self, msg: &Value, running: &Running) -> Option<Worker> {
-        let argv = request_argv(msg)?;
+        let argv = request_argv(msg).ok()?;
         let stdin = msg.get("stdin").unwrap_or(&Value::Null);
         let mut w = {
             let mut s = self.lock();
@@ -724,11 +731,14 @@ impl Pool {
     ) {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         let key = id.to_string();
-        let Some(argv) = request_argv(msg) else {
-            send(&json!({"id": id, "error": "the request has no \"argv\" (an array of strings: runsbx call's arguments)"}).to_string());
-            self.lock().serving -= 1;
-            self.changed.notify_all();
-            return;
+        let argv = match request_argv(msg) {
+            Ok(argv) => argv,
+            Err(why) => {
+                send(&json!({"id": id, "error": why}).to_string());
+                self.lock().serving -= 1;
+                self.changed.notify_all();
+                return;
+            }
         };
         let stdin = msg.get("stdin").cloned().unwrap_or(Value::Null);
         let run = match sent {

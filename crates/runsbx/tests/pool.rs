@@ -770,6 +770,28 @@ fn requests_that_do_not_fit_run_cold(fx: Fixture) {
     to.flush().unwrap();
     let r = pool.reply();
     assert!(r["error"].as_str().unwrap().contains("not JSON"), "{r}");
+    // JSON, but not a request: each told what is wrong, by its id.
+    for (line, id, said) in [
+        ("[1, 2]", Value::Null, "not a JSON object"),
+        (r#"{"id": 71}"#, json!(71), "has no \"argv\""),
+        (
+            r#"{"id": 72, "argv": "true"}"#,
+            json!(72),
+            "\"argv\" is not an array of strings",
+        ),
+        (
+            r#"{"id": 73, "argv": ["--", 1]}"#,
+            json!(73),
+            "\"argv\" is not an array of strings",
+        ),
+    ] {
+        let to = to_of(&mut pool);
+        writeln!(to, "{line}").unwrap();
+        to.flush().unwrap();
+        let r = pool.reply();
+        assert_eq!(r["id"], id, "{line}: {r}");
+        assert!(r["error"].as_str().unwrap().contains(said), "{line}: {r}");
+    }
     // And the pool still serves.
     let r = pool.call(&sh_args(&rootfs, &[], "echo still"));
     assert_eq!(r["warm"], true, "{r}");
