@@ -303,19 +303,58 @@ pub struct Effective {
     pub dir: PathBuf,
 }
 
-/// The file in the effective bundle that names the caller's bundle.
-const SOURCE_FILE: &str = "source-bundle";
 /// The hardening report: what was changed and which layers are in force.
 const REPORT_FILE: &str = "hardening.json";
+/// The container's records, appended as it is made (state/record.rs):
+/// each key below, at most once.
+const RECORDS_FILE: &str = "records";
+
+/// A record of the effective bundle: its key in [`RECORDS_FILE`], and the
+/// file of its own that runsbx wrote it to before there was one, read
+/// where the records have none (a container made by an earlier runsbx).
+struct Record {
+    key: &'static str,
+    legacy: &'static str,
+}
+
+/// The caller's bundle.
+const SOURCE: Record = Record {
+    key: "source-bundle",
+    legacy: "source-bundle",
+};
 /// The id-range slot held, as root.
-const SLOT_FILE: &str = "id-slot";
+const SLOT: Record = Record {
+    key: "id-slot",
+    legacy: "id-slot",
+};
 /// The cgroup path claimed, as root (see cgroup_claim.rs).
-const CGROUP_FILE: &str = "cgroup";
+const CGROUP: Record = Record {
+    key: "cgroup",
+    legacy: "cgroup",
+};
 /// The container's init process: its pid and start time.
-const INIT_FILE: &str = "init";
+const INIT: Record = Record {
+    key: "init",
+    legacy: "init",
+};
 /// The seccomp filter runsbx installs itself, which config.json leaves out
-/// (see sandbox/seal.rs).
-const SECCOMP_FILE: &str = "seccomp.json";
+/// (see sandbox/seal.rs), as JSON.
+const SECCOMP: Record = Record {
+    key: "seccomp",
+    legacy: "seccomp.json",
+};
+
+/// Record `record` of the effective bundle `dir`, if it has one.
+fn recorded(dir: &Path, record: &Record) -> std::io::Result<Option<Vec<u8>>> {
+    if let Some(value) = crate::state::record::find(&dir.join(RECORDS_FILE), record.key)? {
+        return Ok(Some(value));
+    }
+    match fs::read(dir.join(record.legacy)) {
+        Ok(value) => Ok(Some(value)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
 
 /// The bundle's spec with every path made absolute: the rootfs, and bind
 /// sources given relative to the bundle (as the runtime spec allows).
@@ -365,18 +404,19 @@ impl Effective {
             .map_err(|e| RuntimeError::io(ctx("config.json"), e))?;
         fs::write(dir.join(REPORT_FILE), report.to_string())
             .map_err(|e| RuntimeError::io(ctx(REPORT_FILE), e))?;
-        fs::write(
-            dir.join(SOURCE_FILE),
+        crate::state::record::append(
+            &dir.join(RECORDS_FILE),
+            SOURCE.key,
             source_dir.as_os_str().as_encoded_bytes(),
         )
-        .map_err(|e| RuntimeError::io(ctx(SOURCE_FILE), e))?;
+        .map_err(|e| RuntimeError::io(ctx(RECORDS_FILE), e))?;
         Ok(Self { dir })
     }
 
     /// Records the id-range slot container `id` holds (as root), before
     /// anything else is written, so that a failed create can release it.
     pub fn record_slot(root: &crate::state::root::StateRoot, id: &str, slot: u32) -> Result<()> {
-        Self::record(root, id, SLOT_FILE, slot.to_string().as_bytes(), "id range")
+        Self::record(root, id, &SLOT, slot.to_string().as_bytes(), "id range")
     }
 
     /// Records the cgroup path container `id` is about to claim (as root),
@@ -389,7 +429,7 @@ impl Effective {
         Self::record(
             root,
             id,
-            CGROUP_FILE,
+            &CGROUP,
             cgroup.as_os_str().as_encoded_bytes(),
             "cgroup",
         )
@@ -414,7 +454,7 @@ impl Effective {
         Self::record(
             root,
             id,
-            INIT_FILE,
+            &INIT,
             format!("{init} {start}").as_bytes(),
             "init process",
         )
@@ -424,7 +464,8 @@ impl Effective {
     /// (a zombie has nothing left to kill).
     pub fn init(root: &crate::state::root::StateRoot, id: &str) -> Option<nix::unistd::Pid> {
         use crate::sys::procs;
-        let text = fs::read_to_string(Self::path(root, id).join(INIT_FILE)).ok()?;
+        let bytes = recorded(&Self::path(root, id), &INIT).ok()??;
+        let text = String::from_utf8(bytes).ok()?;
         let (pid, start) = text.trim().split_once(' ')?;
         let pid = nix::unistd::Pid::from_raw(pid.parse().ok()?);
         let start: u64 = start.parse().ok()?;
@@ -433,7 +474,7 @@ impl Effective {
 
     /// The cgroup path container `id` claimed, if any.
     pub fn cgroup(root: &crate::state::root::StateRoot, id: &str) -> Option<PathBuf> {
-        let bytes = fs::read(Self::path(root, id).join(CGROUP_FILE)).ok()?;
+        let bytes = recorded(&Self::path(root, id), &CGROUP).ok()??;
         Some(PathBuf::from(
             <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(bytes),
         ))
@@ -442,7 +483,7 @@ impl Effective {
     fn record(
         root: &crate::state::root::StateRoot,
         id: &str,
-        file: &str,
+        record: &Record,
         content: &[u8],
         what: &str,
     ) -> Result<()> {
@@ -452,17 +493,16 @@ impl Effective {
             .recursive(true)
             .mode(0o700)
             .create(&dir)
-            .and_then(|()| fs::write(dir.join(file), content))
+            .and_then(|()| {
+                crate::state::record::append(&dir.join(RECORDS_FILE), record.key, content)
+            })
             .map_err(|e| RuntimeError::io(format!("record the {what} of `{id}` in {dir:?}"), e))
     }
 
     /// The id-range slot container `id` holds, if any.
     pub fn slot(root: &crate::state::root::StateRoot, id: &str) -> Option<u32> {
-        fs::read_to_string(Self::path(root, id).join(SLOT_FILE))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        let bytes = recorded(&Self::path(root, id), &SLOT).ok()??;
+        std::str::from_utf8(&bytes).ok()?.trim().parse().ok()
     }
 
     /// Records the seccomp filter runsbx installs in the init itself, left
@@ -475,7 +515,7 @@ impl Effective {
         let json = serde_json::to_vec(seccomp).map_err(|e| {
             RuntimeError::invalid(format!("the seccomp filter of `{id}`"), e.to_string())
         })?;
-        Self::record(root, id, SECCOMP_FILE, &json, "seccomp filter")
+        Self::record(root, id, &SECCOMP, &json, "seccomp filter")
     }
 
     /// The seccomp filter of the sandbox whose effective bundle is `dir`
@@ -484,26 +524,35 @@ impl Effective {
     /// config.json's. A hardened sandbox always has one: none is an
     /// error, never a process without a filter.
     pub fn seccomp(dir: &Path, spec: &Spec) -> Result<LinuxSeccomp> {
-        let path = dir.join(SECCOMP_FILE);
-        let recorded = fs::read(&path);
-        if let Err(e) = &recorded {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                if let Some(seccomp) = spec.linux().as_ref().and_then(|l| l.seccomp().clone()) {
-                    return Ok(seccomp);
-                }
+        let what = || format!("the seccomp filter of the sandbox bundle {dir:?}");
+        let text = match recorded(dir, &SECCOMP) {
+            Ok(Some(text)) => text,
+            Ok(None) => {
+                return spec
+                    .linux()
+                    .as_ref()
+                    .and_then(|l| l.seccomp().clone())
+                    .ok_or_else(|| {
+                        RuntimeError::invalid(
+                            what(),
+                            format!(
+                                "neither its {RECORDS_FILE} nor its config.json has one; delete \
+                                 the sandbox and create it again"
+                            ),
+                        )
+                    })
             }
-        }
-        let text = recorded.map_err(|e| {
-            RuntimeError::io(
-                format!(
-                    "read the sandbox's seccomp filter {path:?} (its config.json has none; \
-                     delete the sandbox and create it again)"
-                ),
-                e,
-            )
-        })?;
-        serde_json::from_slice(&text)
-            .map_err(|e| RuntimeError::invalid(format!("{path:?}"), e.to_string()))
+            Err(e) => {
+                return Err(RuntimeError::io(
+                    format!(
+                        "read {} from its {RECORDS_FILE} (delete the sandbox and create it again)",
+                        what()
+                    ),
+                    e,
+                ))
+            }
+        };
+        serde_json::from_slice(&text).map_err(|e| RuntimeError::invalid(what(), e.to_string()))
     }
 
     /// The hardening report (changes, attestation) of container `id`.
@@ -577,11 +626,12 @@ impl Effective {
 
     /// The caller's bundle of the container whose effective bundle is `dir`.
     pub fn source_of(dir: &Path) -> PathBuf {
-        fs::read(dir.join(SOURCE_FILE))
-            .map(|b| {
+        match recorded(dir, &SOURCE) {
+            Ok(Some(b)) => {
                 PathBuf::from(<std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(b))
-            })
-            .unwrap_or_else(|_| dir.to_path_buf())
+            }
+            _ => dir.to_path_buf(),
+        }
     }
 
     /// Removes the effective bundle of container `id`, if any.
@@ -669,7 +719,11 @@ mod tests {
         }
         // Neither in config.json nor beside it: no exec without a filter.
         let err = Effective::seccomp(&dir, &spec).unwrap_err();
-        assert!(err.to_string().contains("seccomp.json"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("neither its records nor its config.json"),
+            "{err}"
+        );
         let filter = runsbx_policy::seccomp::allowlist().unwrap();
         Effective::record_seccomp(&root, "c1", &filter).unwrap();
         assert_eq!(Effective::seccomp(&dir, &spec).unwrap(), filter);
@@ -679,6 +733,55 @@ mod tests {
             linux.set_seccomp(Some(unreported.clone()));
         }
         assert_eq!(Effective::seccomp(&dir, &spec).unwrap(), unreported);
+    }
+
+    /// Each record goes to the one records file; a container made by a
+    /// runsbx that wrote each to a file of its own is read as before.
+    #[test]
+    fn records_are_one_file_and_older_ones_are_still_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = crate::state::root::StateRoot::open(&tmp.path().join("root")).unwrap();
+        let dir = Effective::path(&root, "c1");
+        Effective::record_slot(&root, "c1", 7).unwrap();
+        Effective::record_cgroup(&root, "c1", Path::new("/runsbx/c1")).unwrap();
+        let filter = runsbx_policy::seccomp::allowlist().unwrap();
+        Effective::record_seccomp(&root, "c1", &filter).unwrap();
+        let names: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, [RECORDS_FILE]);
+        assert_eq!(Effective::slot(&root, "c1"), Some(7));
+        assert_eq!(
+            Effective::cgroup(&root, "c1"),
+            Some(PathBuf::from("/runsbx/c1"))
+        );
+        assert_eq!(Effective::seccomp(&dir, &Spec::default()).unwrap(), filter);
+        // Not recorded: the caller's bundle is the effective one.
+        assert_eq!(Effective::source_of(&dir), dir);
+
+        let old = Effective::path(&root, "c2");
+        fs::create_dir_all(&old).unwrap();
+        fs::write(old.join(SLOT.legacy), "9").unwrap();
+        fs::write(old.join(CGROUP.legacy), "/runsbx/c2").unwrap();
+        fs::write(old.join(SOURCE.legacy), "/srv/bundle").unwrap();
+        fs::write(
+            old.join(SECCOMP.legacy),
+            serde_json::to_vec(&filter).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(Effective::slot(&root, "c2"), Some(9));
+        assert_eq!(
+            Effective::cgroup(&root, "c2"),
+            Some(PathBuf::from("/runsbx/c2"))
+        );
+        assert_eq!(Effective::source_of(&old), PathBuf::from("/srv/bundle"));
+        assert_eq!(Effective::seccomp(&old, &Spec::default()).unwrap(), filter);
+        // The init process of the test: a record of it names it.
+        let me = nix::unistd::Pid::this();
+        Effective::record_init(&root, "c2", me).unwrap();
+        assert_eq!(Effective::init(&root, "c2"), Some(me));
+        assert_eq!(Effective::init(&root, "c1"), None);
     }
 
     #[test]
