@@ -317,26 +317,21 @@ struct Record {
     legacy: &'static str,
 }
 
+impl Record {
+    /// One whose file had its key for a name.
+    const fn named(key: &'static str) -> Self {
+        Self { key, legacy: key }
+    }
+}
+
 /// The caller's bundle.
-const SOURCE: Record = Record {
-    key: "source-bundle",
-    legacy: "source-bundle",
-};
+const SOURCE: Record = Record::named("source-bundle");
 /// The id-range slot held, as root.
-const SLOT: Record = Record {
-    key: "id-slot",
-    legacy: "id-slot",
-};
+const SLOT: Record = Record::named("id-slot");
 /// The cgroup path claimed, as root (see cgroup_claim.rs).
-const CGROUP: Record = Record {
-    key: "cgroup",
-    legacy: "cgroup",
-};
+const CGROUP: Record = Record::named("cgroup");
 /// The container's init process: its pid and start time.
-const INIT: Record = Record {
-    key: "init",
-    legacy: "init",
-};
+const INIT: Record = Record::named("init");
 /// The seccomp filter runsbx installs itself, which config.json leaves out
 /// (see sandbox/seal.rs), as JSON.
 const SECCOMP: Record = Record {
