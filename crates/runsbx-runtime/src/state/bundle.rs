@@ -305,8 +305,8 @@ pub struct Effective {
 
 /// The hardening report: what was changed and which layers are in force.
 const REPORT_FILE: &str = "hardening.json";
-/// The container's records, appended as it is made (state/record.rs):
-/// each key below, at most once.
+/// The container's records, appended as it is made (state/record.rs),
+/// each under a key below.
 const RECORDS_FILE: &str = "records";
 
 /// A record of the effective bundle: its key in [`RECORDS_FILE`], and the

@@ -6,8 +6,8 @@
 //! same directory, which is then linked to its name; linking fails if the
 //! name exists, and an anonymous file vanishes with a killed writer.
 //!
-//! A sandbox's own records (the slot and cgroup it holds, its init, its
-//! seccomp filter) are one file that each record is appended to
+//! A sandbox's own records (the slot and cgroup it holds, its caller's
+//! bundle, its seccomp filter, its init) are one file that each record is appended to
 //! ([`append`], [`find`]): a key, the value's length, the value, each
 //! record in one write. A record cut short by a killed writer is not
 //! whole, and it and whatever follows are read as never written; since
