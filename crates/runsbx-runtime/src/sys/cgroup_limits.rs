@@ -112,9 +112,7 @@ pub(crate) fn write<'a>(
         // The deny rule first: a new v1 devices cgroup starts with its
         // parent's rules, `a *:* rwm` at the root.
         put(dir, "devices.deny", "a *:* rwm")?;
-        for rule in DEFAULT_ALLOWED {
-            put(dir, "devices.allow", rule)?;
-        }
+        put_each(dir, "devices.allow", DEFAULT_ALLOWED)?;
     }
     if let (Some(cpu), Some(dir)) = (resources.cpu(), dir_of("cpu")) {
         // The period before the quota, which the kernel checks against it.
@@ -147,12 +145,23 @@ pub(crate) fn write<'a>(
 
 /// One write of `value` to the cgroup file `dir/file`, which must exist.
 fn put(dir: &Path, file: &str, value: &str) -> Result<()> {
+    put_each(dir, file, &[value])
+}
+
+/// One write of each of `values`, in order, to the cgroup file `dir/file`,
+/// opened once: the kernel reads each write as one value (a v1 device
+/// rule is one rule per write), so twelve rules cost one open, not twelve.
+fn put_each(dir: &Path, file: &str, values: &[&str]) -> Result<()> {
     let path = dir.join(file);
-    OpenOptions::new()
+    let io = |value: &str, e| RuntimeError::io(format!("write {value:?} to {}", path.display()), e);
+    let mut f = OpenOptions::new()
         .write(true)
         .open(&path)
-        .and_then(|mut f| f.write_all(value.as_bytes()))
-        .map_err(|e| RuntimeError::io(format!("write {value:?} to {}", path.display()), e))
+        .map_err(|e| io(values.first().copied().unwrap_or_default(), e))?;
+    for value in values {
+        f.write_all(value.as_bytes()).map_err(|e| io(value, e))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
