@@ -7,7 +7,7 @@
 //! name exists, and an anonymous file vanishes with a killed writer.
 //!
 //! A sandbox's own records (the slot and cgroup it holds, its caller's
-//! bundle, its seccomp filter, its init) are one file that each record is appended to
+//! bundle, its seccomp filter, its init) are appended to one file
 //! ([`append`], [`find`]): a key, the value's length, the value, each
 //! record in one write. A record cut short by a killed writer is not
 //! whole, and it and whatever follows are read as never written; since
@@ -17,7 +17,7 @@
 //! (docs/performance.md, "The pool's rate").
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -78,13 +78,11 @@ pub(crate) fn append(path: &Path, key: &str, value: &[u8]) -> std::io::Result<()
 /// The last whole record `key` of the log at `path`: `None` if it has
 /// none, or if there is no log.
 pub(crate) fn find(path: &Path, key: &str) -> std::io::Result<Option<Vec<u8>>> {
-    let mut log = Vec::new();
-    match File::open(path) {
-        Ok(mut f) => f.read_to_end(&mut log)?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    Ok(last_of(&log, key).map(<[u8]>::to_vec))
+    match std::fs::read(path) {
+        Ok(log) => Ok(last_of(&log, key).map(<[u8]>::to_vec)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 /// The value of the last whole record `key` in `log`; reading stops at the
