@@ -3,7 +3,7 @@
 # code, run by `runsbx call` in a fresh sandbox on the default image, that
 # computes something and then tries to read a secret planted in your home.
 #
-#   sudo hack/quickstart.sh
+#   hack/quickstart.sh        (as root; or with sudo, to make the call rootless as you)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

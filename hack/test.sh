@@ -6,7 +6,7 @@
 # is crates/runsbx-testkit. Then the Python client's tests, the examples'
 # and the MCP server's, as root and as that user.
 #
-#   sudo hack/test.sh
+#   hack/test.sh        (as root)
 #
 # With CI=true a test that cannot run fails instead of printing SKIP.
 set -euo pipefail
