@@ -257,6 +257,10 @@ fn build_from(
                 let sink = bundle::Effective::path(root, id).join(SINK);
                 let (prepared, staged) =
                     FastAttach::prepare_during(&path, resources.as_ref(), sink, || {
+                        // Here, not in the init (memchr asks first there,
+                        // on the build's path): this thread is done before
+                        // the one making the cgroups.
+                        crate::sys::fork::detect_cpu_features();
                         stage(&mut spec)
                     });
                 staged?;
