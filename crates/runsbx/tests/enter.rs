@@ -157,6 +157,48 @@ fn exec_refusals(fx: Fixture) {
 }
 as_root_and_rootless!(RUNSBX, exec_refusals: exec_refusals_as_root, exec_refusals_rootless);
 
+/// `run` starts the sandbox it made: its create's network setup stands for
+/// the check at start, and the layer that says so is recorded in the
+/// container's attestation (after the start, beside the command) by the
+/// time `run --detach` returns; an exec then checks again.
+fn run_records_its_check_at_start(fx: Fixture) {
+    let b = fx.bundle("b", &["sleep", "1000"], |_| {});
+    fx.run(["run", "--detach", "--bundle", b.to_str().unwrap(), "c1"])
+        .ok();
+    let report = || -> Value {
+        serde_json::from_str(
+            &fs::read_to_string(fx.state.join("@bundles/c1/hardening.json")).unwrap(),
+        )
+        .unwrap()
+    };
+    let rechecked = |report: &Value| -> Vec<String> {
+        report["attestation"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["layer"] == "network_rechecked" && l["in_force"] == true)
+            .map(|l| l["detail"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let at_start = report();
+    assert_eq!(
+        rechecked(&at_start),
+        ["checked at start: only lo"],
+        "{at_start}"
+    );
+    fx.run(["exec", "c1", "true"]).ok();
+    let at_exec = report();
+    assert_eq!(
+        rechecked(&at_exec),
+        ["checked at exec: only lo"],
+        "{at_exec}"
+    );
+    fx.run(["delete", "--force", "c1"]).ok();
+    fx.assert_clean();
+}
+
+as_root_and_rootless!(RUNSBX, run_records_its_check_at_start: run_check_as_root, run_check_rootless);
+
 /// A veth pair as an engine makes one: the host end with an address and a
 /// listener, the other end moved into `pid`'s network namespace with an
 /// address, plus a stray address on the sandbox's `lo`.

@@ -462,18 +462,16 @@ impl<'a> Sandbox<'a> {
         Ok((sandbox, [Some(out_r), Some(err_r)]))
     }
 
-    /// Starts the command, after the network re-check; returns the
-    /// attestation, the re-check included.
+    /// Starts the command, held to the network promise; returns the
+    /// attestation, the network's check included.
     fn start(&mut self) -> Result<Vec<runsbx_policy::Layer>> {
         let mut attestation = self.built.attestation.clone();
-        attestation.extend(network::check_at_start(
-            &self.built.container,
+        let id = self.id;
+        attestation.extend(network::start_checked(
+            &mut self.built.container,
             self.built.network_checked.as_deref(),
+            |c| c.start().map_err(|e| container::op_err("start", id, e)),
         )?);
-        self.built
-            .container
-            .start()
-            .map_err(|e| container::op_err("start", self.id, e))?;
         Ok(attestation)
     }
 

@@ -110,7 +110,7 @@ pub(crate) struct Built {
     pub sock_diag: Option<std::os::fd::OwnedFd>,
     /// A network namespace of its own promised loopback only: what the
     /// network setup removed when it held it to that (see
-    /// sandbox/network.rs, `check_at_start`).
+    /// sandbox/network.rs, `start_checked`).
     pub network_checked: Option<Vec<String>>,
 }
 

@@ -2,7 +2,7 @@
 
 use crate::error::Result;
 use crate::ops::create::{build, CreateOptions};
-use crate::sandbox::network::check_at_start;
+use crate::sandbox::network::start_checked;
 use crate::sandbox::supervisor;
 use crate::sandbox::teardown::{destroy, destroy_reaped};
 use crate::state::container::{init_pid, load, op_err};
@@ -30,9 +30,9 @@ pub fn run(
     // `run` hangs on `/bin/true` for that reason). The container's process
     // was cloned during build and keeps its own, empty, mask.
     let guard = (!detach).then(signal::SignalGuard::block_all).transpose()?;
-    if let Err(e) = check_at_start(&container, checked.as_deref())
-        .and_then(|_| container.start().map_err(|e| op_err("start", id, e)))
-    {
+    if let Err(e) = start_checked(&mut container, checked.as_deref(), |c| {
+        c.start().map_err(|e| op_err("start", id, e))
+    }) {
         let _ = destroy(root, &mut container);
         return Err(e);
     }

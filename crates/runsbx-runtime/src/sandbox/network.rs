@@ -26,19 +26,30 @@ pub(crate) fn recheck_network(
     attest(container, when, &removed).map(Some)
 }
 
-/// As [`recheck_network`] at `start`, for a sandbox that the same runsbx
-/// process made and starts now (`run`, a call): `checked`, what create's
-/// network setup removed when it held the namespace to loopback
-/// (`Built::network_checked`), stands for the check, since no other process
-/// can have entered the sandbox in between. `None`: checked again now.
-pub(crate) fn check_at_start(
-    container: &Container,
+/// Starts a sandbox that this runsbx process made (`run`, a call), held
+/// to its network promise as [`recheck_network`] at `start` would hold
+/// it. `checked`, what create's network setup removed when it held the
+/// namespace to loopback (`Built::network_checked`), stands for the check,
+/// since no other process can have entered the sandbox in between; its
+/// layer is then recorded once the command runs, beside it rather than
+/// before it (the record is a report, not a gate: an `exec` meanwhile
+/// finds the promise in the create's attestation and checks again).
+/// `None`: checked again now, before the start. Returns the attested
+/// layer, if a check ran.
+pub(crate) fn start_checked(
+    container: &mut Container,
     checked: Option<&[String]>,
+    start: impl FnOnce(&mut Container) -> Result<()>,
 ) -> Result<Option<runsbx_policy::Layer>> {
-    match checked {
-        Some(removed) => attest(container, "start", removed).map(Some),
-        None => recheck_network(container, "start"),
-    }
+    let Some(removed) = checked else {
+        let layer = recheck_network(container, "start")?;
+        start(container)?;
+        return Ok(layer);
+    };
+    let layer = layer_of("start", removed, container.id());
+    start(container)?;
+    bundle::Effective::attest(container.bundle(), &layer)?;
+    Ok(Some(layer))
 }
 
 /// Whether the sandbox whose effective bundle is `dir` was promised a
@@ -56,11 +67,19 @@ fn promised(dir: &std::path::Path) -> bool {
 /// The layer that says the network was held to loopback before `when`,
 /// and what that removed, recorded with the sandbox's attestation.
 fn attest(container: &Container, when: &str, removed: &[String]) -> Result<runsbx_policy::Layer> {
+    let layer = layer_of(when, removed, container.id());
+    bundle::Effective::attest(container.bundle(), &layer)?;
+    Ok(layer)
+}
+
+/// The layer that says the network of sandbox `id` was held to loopback
+/// before `when`, and what that removed (logged as a warning).
+fn layer_of(when: &str, removed: &[String], id: &str) -> runsbx_policy::Layer {
     let detail = if removed.is_empty() {
         format!("checked at {when}: only lo")
     } else {
         tracing::warn!(
-            id = container.id(),
+            id,
             "removed from the sandbox's network before {when}: {}; engine networking and \
              published ports are not available in a runsbx sandbox (its network is its own \
              loopback, egress only through runsbx's proxy)",
@@ -71,11 +90,9 @@ fn attest(container: &Container, when: &str, removed: &[String]) -> Result<runsb
             removed.join(", ")
         )
     };
-    let layer = runsbx_policy::Layer {
+    runsbx_policy::Layer {
         layer: "network_rechecked",
         in_force: true,
         detail,
-    };
-    bundle::Effective::attest(container.bundle(), &layer)?;
-    Ok(layer)
+    }
 }
