@@ -241,17 +241,43 @@ fn build_from(
         ),
         None => Ok(()),
     };
+    // What needs neither the staged rootfs nor the cgroups. Where a
+    // thread makes the cgroups (below), it runs once the rootfs is staged,
+    // while that thread, the longer of the two by about half a
+    // millisecond here, still works; elsewhere after the staging.
+    let set_aside = |spec: &mut Spec| -> Result<SetAside> {
+        // The filter runsbx installs itself is in no config.json
+        // libcontainer reads (it would compile it again), but in the
+        // effective bundle's record of it, which exec reads; it is back in
+        // the spec returned.
+        let sealed = seal(root, spec)?;
+        let compiled_by_libcontainer = libcontainer_compiles(spec)?;
+        // libcontainer's processes open /proc through pathrs, which keeps
+        // one private procfs (subset=pid, detached) per process, made on
+        // first use. Made here first, by this process's main thread
+        // (outside the sandbox's cgroups), it is inherited: the
+        // intermediate process does not mount its own, and the init's
+        // copy, closed as it execs, is not the last, so the command does
+        // not start by tearing a procfs down. Best effort (rootless,
+        // pathrs cannot make one and libcontainer's processes open /proc
+        // as before).
+        let _ = pathrs::procfs::ProcfsHandle::new();
+        Ok(SetAside {
+            sealed,
+            compiled_by_libcontainer,
+        })
+    };
     // Where runsbx makes the cgroups itself (as root, cgroup v1), the claim
     // is recorded first and they are made while the rootfs is staged.
     // Elsewhere the claim, or the shadow, comes after the staging: the
     // shadow's private mount namespace must not hold the staged mounts.
-    let (shadow, resources_dropped, prepared) = if privilege::can_manage_cgroups()
+    let (shadow, resources_dropped, prepared, aside) = if privilege::can_manage_cgroups()
         && matches!(
             privilege::cgroup_layout(),
             CgroupLayout::V1 | CgroupLayout::Hybrid
         ) {
         let (shadow, dropped) = claim_cgroup(root, id, &mut spec)?;
-        let prepared = match cgroups_path(&spec) {
+        let (prepared, aside) = match cgroups_path(&spec) {
             Some(path) => {
                 let resources = cgroup_attach::resources(&spec).cloned();
                 let sink = bundle::Effective::path(root, id).join(SINK);
@@ -261,21 +287,22 @@ fn build_from(
                         // on the build's path): this thread is done before
                         // the one making the cgroups.
                         crate::sys::fork::detect_cpu_features();
-                        stage(&mut spec)
+                        stage(&mut spec)?;
+                        set_aside(&mut spec)
                     });
-                staged?;
-                prepared?
+                let aside = staged?;
+                (prepared?, Some(aside))
             }
             None => {
                 stage(&mut spec)?;
-                None
+                (None, None)
             }
         };
-        (shadow, dropped, prepared)
+        (shadow, dropped, prepared, aside)
     } else {
         stage(&mut spec)?;
         let (shadow, dropped) = claim_cgroup(root, id, &mut spec)?;
-        (shadow, dropped, None)
+        (shadow, dropped, None, None)
     };
     crate::phase("rootfs staged, cgroups made");
     // Rootless, in the private mount namespace the shadow made: the image
@@ -288,11 +315,13 @@ fn build_from(
     };
     // Held open until libcontainer has joined it.
     let _userns = userns::made_for(&mut spec)?;
-    // The filter runsbx installs itself is in no config.json libcontainer
-    // reads (it would compile it again), but in the effective bundle's
-    // record of it, which exec reads; it is back in the spec returned.
-    let sealed = seal(root, &mut spec)?;
-    let compiled_by_libcontainer = libcontainer_compiles(&mut spec)?;
+    let SetAside {
+        sealed,
+        compiled_by_libcontainer,
+    } = match aside {
+        Some(aside) => aside,
+        None => set_aside(&mut spec)?,
+    };
     // The limits runsbx wrote into the cgroups it made are in no
     // config.json libcontainer reads (it would write them again), but in
     // the spec returned, which the call's result reports.
@@ -320,15 +349,6 @@ fn build_from(
         }
         None => (req.stub.map_or(Executor::Default, Executor::Stub), None),
     };
-    // libcontainer's processes open /proc through pathrs, which keeps one
-    // private procfs (subset=pid, detached) per process, made on first
-    // use. Made here first, on this thread (outside the sandbox's
-    // cgroups), it is inherited: the intermediate process does not mount
-    // its own, and the init's copy, closed as it execs, is not the last, so
-    // the command does not start by tearing a procfs down. Best effort
-    // (rootless, pathrs cannot make one and libcontainer's processes open
-    // /proc as before).
-    let _ = pathrs::procfs::ProcfsHandle::new();
     let build = || {
         libcontainer_build(
             root, id, req.opts, req.detach, &effective, req.stdio, executor,
@@ -656,6 +676,13 @@ impl Sealing {
 /// Takes the filter runsbx installs itself out of `spec`, compiled (from
 /// the state root's cache); `None` where libcontainer installs it (see
 /// sandbox/seal.rs).
+/// The seccomp filters of a create, put aside before its build (see
+/// [`seal`] and [`libcontainer_compiles`]).
+struct SetAside {
+    sealed: Option<(LinuxSeccomp, Sealing)>,
+    compiled_by_libcontainer: Option<LinuxSeccomp>,
+}
+
 fn seal(root: &StateRoot, spec: &mut Spec) -> Result<Option<(LinuxSeccomp, Sealing)>> {
     if !crate::sandbox::seal::installs(spec) {
         return Ok(None);
