@@ -48,11 +48,19 @@ runtimes=("$runsbx" "$(command -v runc)" "$(command -v crun)")
 if [ -n "${BASELINE:-}" ]; then
     cp "$BASELINE" "$work/baseline"
     runtimes+=("$work/baseline")
-    # The alternating comparisons run a copy of this build too: how a
-    # binary came into the page cache (written by the linker or by cp)
-    # changes how its pages fault in, by 3-5% of a run here.
-    cp "$runsbx" "$work/current"
+    # The alternating comparisons run copies of this build too, and of
+    # each build several, one after the other: how a binary came into the
+    # page cache (written by the linker or by cp) changes how its pages
+    # fault in, by 3-5% of a run here, and two cp copies of one binary
+    # differed by up to 3%.
+    copies=6
+    for c in $(seq 0 $((copies - 1))); do
+        cp "$BASELINE" "$work/baseline-$c"
+        cp "$runsbx" "$work/current-$c"
+    done
 fi
+# Which of those copies the next alternating run uses.
+copy=0
 for rt in "${runtimes[@]}"; do
     name=$(basename "$rt")
     med[$name]=$(median_ms "$rt")
@@ -118,9 +126,10 @@ if [ -n "${BASELINE:-}" ]; then
         # while the first's teardown is still settling in the kernel.
         order="runsbx baseline"
         [ $((i % 2)) = 0 ] && order="baseline runsbx"
+        copy=$((i % copies))
         for which in $order; do
-            rt=$work/current
-            [ "$which" = baseline ] && rt=$work/baseline
+            rt=$work/current-$copy
+            [ "$which" = baseline ] && rt=$work/baseline-$copy
             t0=$(date +%s%N)
             "$rt" --root "$work/state-alt-$which" run --bundle "$work/bundle" "a$i" >/dev/null
             t1=$(date +%s%N)
@@ -179,6 +188,7 @@ median_alternating_ms() {
         fi
     }
     for i in $(seq 1 $((call_runs + 3))); do
+        copy=$((i % ${copies:-1}))
         if [ $((i % 2)) = 1 ]; then
             alt_one "$a" a "$@"; alt_one "$b" b "$@"
         else
@@ -192,8 +202,8 @@ sandbox() {
     case $1 in
     runsbx) shift; "$runsbx" --root "$work/state-call" call --image python -- "$@" ;;
     runsbx-tmpfs) shift; "$runsbx" --root "$shm/state-call" call --image python -- "$@" ;;
-    current) shift; "$work/current" --root "$work/state-call-current" call --image python -- "$@" ;;
-    baseline) shift; "$work/baseline" --root "$work/state-call-baseline" call --image python -- "$@" ;;
+    current) shift; "$work/current-$copy" --root "$work/state-call-current" call --image python -- "$@" ;;
+    baseline) shift; "$work/baseline-$copy" --root "$work/state-call-baseline" call --image python -- "$@" ;;
     bwrap) shift; bwrap --ro-bind "$image_rootfs" / --proc /proc --dev /dev --tmpfs /tmp \
                --tmpfs /workspace --chdir /workspace --unshare-all --die-with-parent \
                --new-session --clearenv --setenv PATH "$path" -- "$@" ;;
