@@ -180,19 +180,17 @@ fn run_records_its_check_at_start(fx: Fixture) {
             .map(|l| l["detail"].as_str().unwrap().to_owned())
             .collect()
     };
-    let at_start = report();
-    assert_eq!(
-        rechecked(&at_start),
-        ["checked at start: only lo"],
-        "{at_start}"
-    );
+    let checked_at = |when: &str| {
+        let report = report();
+        assert_eq!(
+            rechecked(&report),
+            [format!("checked at {when}: only lo")],
+            "{report}"
+        );
+    };
+    checked_at("start");
     fx.run(["exec", "c1", "true"]).ok();
-    let at_exec = report();
-    assert_eq!(
-        rechecked(&at_exec),
-        ["checked at exec: only lo"],
-        "{at_exec}"
-    );
+    checked_at("exec");
     fx.run(["delete", "--force", "c1"]).ok();
     fx.assert_clean();
 }

@@ -673,9 +673,6 @@ impl Sealing {
     }
 }
 
-/// Takes the filter runsbx installs itself out of `spec`, compiled (from
-/// the state root's cache); `None` where libcontainer installs it (see
-/// sandbox/seal.rs).
 /// The seccomp filters of a create, put aside before its build (see
 /// [`seal`] and [`libcontainer_compiles`]).
 struct SetAside {
@@ -683,6 +680,9 @@ struct SetAside {
     compiled_by_libcontainer: Option<LinuxSeccomp>,
 }
 
+/// Takes the filter runsbx installs itself out of `spec`, compiled (from
+/// the state root's cache); `None` where libcontainer installs it (see
+/// sandbox/seal.rs).
 fn seal(root: &StateRoot, spec: &mut Spec) -> Result<Option<(LinuxSeccomp, Sealing)>> {
     if !crate::sandbox::seal::installs(spec) {
         return Ok(None);
