@@ -46,10 +46,8 @@ pub(crate) fn start_checked(
         start(container)?;
         return Ok(layer);
     };
-    let layer = layer_of("start", removed, container.id());
     start(container)?;
-    bundle::Effective::attest(container.bundle(), &layer)?;
-    Ok(Some(layer))
+    attest(container, "start", removed).map(Some)
 }
 
 /// Whether the sandbox whose effective bundle is `dir` was promised a
@@ -67,19 +65,11 @@ fn promised(dir: &std::path::Path) -> bool {
 /// The layer that says the network was held to loopback before `when`,
 /// and what that removed, recorded with the sandbox's attestation.
 fn attest(container: &Container, when: &str, removed: &[String]) -> Result<runsbx_policy::Layer> {
-    let layer = layer_of(when, removed, container.id());
-    bundle::Effective::attest(container.bundle(), &layer)?;
-    Ok(layer)
-}
-
-/// The layer that says the network of sandbox `id` was held to loopback
-/// before `when`, and what that removed (logged as a warning).
-fn layer_of(when: &str, removed: &[String], id: &str) -> runsbx_policy::Layer {
     let detail = if removed.is_empty() {
         format!("checked at {when}: only lo")
     } else {
         tracing::warn!(
-            id,
+            id = container.id(),
             "removed from the sandbox's network before {when}: {}; engine networking and \
              published ports are not available in a runsbx sandbox (its network is its own \
              loopback, egress only through runsbx's proxy)",
@@ -90,9 +80,11 @@ fn layer_of(when: &str, removed: &[String], id: &str) -> runsbx_policy::Layer {
             removed.join(", ")
         )
     };
-    runsbx_policy::Layer {
+    let layer = runsbx_policy::Layer {
         layer: "network_rechecked",
         in_force: true,
         detail,
-    }
+    };
+    bundle::Effective::attest(container.bundle(), &layer)?;
+    Ok(layer)
 }
